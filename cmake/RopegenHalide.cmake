@@ -1,0 +1,22 @@
+# SPDX-License-Identifier: Apache-2.0
+# Finds Halide (the pinned PyPI wheel in the project's .venv, made by cmake/setup.sh, unless the
+# caller points Halide_DIR elsewhere) and the Python that runs cmake/ropegen_kernels.py.
+set(ropegen_venv_python "${PROJECT_SOURCE_DIR}/.venv/bin/python")
+if (NOT Halide_DIR AND EXISTS "${ropegen_venv_python}")
+    execute_process(
+        COMMAND "${ropegen_venv_python}" -c "import halide; print(halide.install_dir())"
+        OUTPUT_VARIABLE ropegen_halide_root OUTPUT_STRIP_TRAILING_WHITESPACE
+        RESULT_VARIABLE ropegen_halide_found)
+    if (ropegen_halide_found EQUAL 0)
+        set(Halide_DIR "${ropegen_halide_root}/lib64/cmake/Halide" CACHE PATH "Halide CMake package" FORCE)
+        set(HalideHelpers_DIR "${ropegen_halide_root}/lib64/cmake/HalideHelpers")
+    endif ()
+endif ()
+find_package(Halide 21 REQUIRED)
+
+if (EXISTS "${ropegen_venv_python}")
+    set(ROPEGEN_PYTHON "${ropegen_venv_python}" CACHE FILEPATH "Python that runs the build's scripts")
+else ()
+    find_package(Python3 REQUIRED COMPONENTS Interpreter)
+    set(ROPEGEN_PYTHON "${Python3_EXECUTABLE}" CACHE FILEPATH "Python that runs the build's scripts")
+endif ()

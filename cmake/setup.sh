@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs everything the build needs into project-local folders, idempotently:
+#   - Debian packages (compilers, GoogleTest, Google Benchmark) via apt-get, only when missing;
+#   - a Python virtual environment in .venv with pinned halide, cmake and ninja from PyPI.
+# A second run only checks and returns in seconds.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${ROPEGEN_VENV:-$root/.venv}"
+requirements="$root/cmake/requirements.txt"
+
+debian_packages=(g++ python3 python3-venv libgtest-dev libgmock-dev libbenchmark-dev)
+missing=()
+for pkg in "${debian_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing Debian packages: ${missing[*]}"
+    sudo_cmd=()
+    [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+stamp="$venv/.ropegen-requirements"
+if [ ! -x "$venv/bin/python" ]; then
+    echo "setup: creating $venv"
+    python3 -m venv "$venv"
+fi
+if ! cmp -s "$requirements" "$stamp"; then
+    echo "setup: installing pinned Python packages into $venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+    cp "$requirements" "$stamp"
+fi

@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: Apache-2.0
+// The one RoPE generator. Its variant parameters (style, head_dim, dtype, source) pick what is
+// computed; its schedule parameters (the keys of schedules/*.json) pick how. Every kernel shares
+// one signature, so the runtime calls them all through one function-pointer type:
+//   inputs  q, k [lane, head, seq, batch]; positions [seq, batch] (int32, any strides: an int64
+//           table is read through its low words, an offset table with seq stride 0);
+//           position_step (1 for offsets, else 0); cos_table, sin_table [pair, row] (cache source);
+//           base, attn_factor, sin_sign (+1 forward, -1 inverse), rotary_offset, rotary_pairs
+//   outputs per tensor: *_rotated, the rotary lanes as (pair, half) for the half style or
+//           (half, pair) for the interleaved style, then [head, seq, batch]; *_lead and *_tail,
+//           the lanes before and after the rotary slice (empty for full rotary or in place).
+#include "Halide.h"
+#include "rope_math.h"
+#include "rope_schedule.h"
+
+namespace ropegen {
+namespace {
+
+using namespace Halide;
+
+enum class Style { Half, Interleaved };
+enum class Source { Cache, Compat, Precise };
+enum class CosSinAt { Task, Inline };
+
+const std::map<std::string, HeadLoop> kHeadLoopNames = {{"inside_tokens", HeadLoop::InsideTokens},
+                                                        {"outside_tokens", HeadLoop::OutsideTokens}};
+
+// The two schedule knobs of one layout, named "<layout>_tokens_per_task" and "<layout>_head_loop".
+struct LayoutParams {
+    GeneratorParam<int> tokens_per_task;
+    GeneratorParam<HeadLoop> head_loop;
+    LayoutParams(const std::string &layout, HeadLoop default_loop)
+        : tokens_per_task(layout + "_tokens_per_task", 8, 1, 1 << 16),
+          head_loop(layout + "_head_loop", default_loop, kHeadLoopNames) {
+    }
+    LayoutSchedule value() const {
+        return {tokens_per_task, head_loop};
+    }
+};
+
+class RopeGenerator : public Generator<RopeGenerator> {
+public:
+    // Variant parameters: each combination is a separate kernel.
+    GeneratorParam<Style> style{"style", Style::Half, {{"half", Style::Half}, {"interleaved", Style::Interleaved}}};
+    GeneratorParam<int> head_dim{"head_dim", 0, 0, 1 << 16};  // 0: any even head_dim
+    GeneratorParam<Type> dtype{"dtype", Float(32)};
+    GeneratorParam<Source> source{"source", Source::Cache, {{"cache", Source::Cache}, {"compat", Source::Compat}, {"precise", Source::Precise}}};
+
+    // Schedule parameters (schedules/*.json).
+    GeneratorParam<int> vector_pairs{"vector_pairs", 8, 1, 64};
+    GeneratorParam<int> unroll_pairs{"unroll_pairs", 1, 1, 16};
+    GeneratorParam<CosSinAt> cos_sin_at{"cos_sin_at", CosSinAt::Task, {{"task", CosSinAt::Task}, {"inline", CosSinAt::Inline}}};
+    LayoutParams bshd{"bshd", HeadLoop::InsideTokens};
+    LayoutParams bhsd{"bhsd", HeadLoop::OutsideTokens};
+    LayoutParams sbhd{"sbhd", HeadLoop::InsideTokens};
+    LayoutParams strided{"strided", HeadLoop::InsideTokens};
+
+    void configure() {
+        q_ = add_input<Buffer<>>("q", dtype, 4);
+        k_ = add_input<Buffer<>>("k", dtype, 4);
+        positions_ = add_input<Buffer<int32_t, 2>>("positions");
+        position_step_ = add_input<int32_t>("position_step");
+        cos_table_ = add_input<Buffer<float, 2>>("cos_table");
+        sin_table_ = add_input<Buffer<float, 2>>("sin_table");
+        base_ = add_input<double>("base");
+        attn_factor_ = add_input<float>("attn_factor");
+        sin_sign_ = add_input<float>("sin_sign");
+        rotary_offset_ = add_input<int32_t>("rotary_offset");
+        rotary_pairs_ = add_input<int32_t>("rotary_pairs");
+        for (const char *tensor : {"q", "k"}) {
+            outputs_.push_back({add_output<Buffer<>>(std::string(tensor) + "_rotated", dtype, 5),
+                                add_output<Buffer<>>(std::string(tensor) + "_lead", dtype, 4),
+                                add_output<Buffer<>>(std::string(tensor) + "_tail", dtype, 4)});
+        }
+    }
+
+    void generate() {
+        const RopeVars v;
+        // Token positions: an explicit table, or offset[batch] + seq (spec §5).
+        position_(v.seq, v.batch) = (*positions_)(v.seq, v.batch) + v.seq * (*position_step_);
+        if (source == Source::Compat) {
+            inv_freq_(v.pair) = compat_inv_freq(v.pair, *base_, 2 * (*rotary_pairs_));
+        } else if (source == Source::Precise) {
+            inv_freq_(v.pair) = precise_inv_freq(v.pair, *base_, 2 * (*rotary_pairs_));
+        }
+        tensors_.push_back(rotate_tensor("q", *q_, outputs_[0]));
+        tensors_.push_back(rotate_tensor("k", *k_, outputs_[1]));
+    }
+
+    void schedule() {
+        if (inv_freq_.defined()) {
+            inv_freq_.compute_root();
+        }
+        const RopeSchedule knobs{vector_pairs, unroll_pairs, cos_sin_at == CosSinAt::Task || source != Source::Cache,
+                                 bshd.value(), bhsd.value(), sbhd.value(), strided.value()};
+        for (RotatedTensorFuncs &funcs : tensors_) {
+            apply_schedule(funcs, knobs, head_dim / 2, *rotary_pairs_);
+        }
+        positions_->dim(0).set_stride(Expr());  // int64 tables (stride 2) and offsets (stride 0)
+        for (const TensorOutputs &out : outputs_) {
+            if (style == Style::Half) {
+                out.rotated->dim(1).set_bounds(0, 2);
+            } else {
+                out.rotated->dim(0).set_bounds(0, 2);
+                out.rotated->dim(1).set_stride(2);  // pairs are two lanes apart
+            }
+        }
+    }
+
+private:
+    struct TensorOutputs {
+        GeneratorOutput<Buffer<>> *rotated, *lead, *tail;
+    };
+
+    // cos and sin of every (pair, token), with the inverse direction's sign folded into sin.
+    Func cos_sin(const std::string &name) {
+        const RopeVars v;
+        Func cs(name);
+        const Expr position = position_(v.seq, v.batch);
+        if (source == Source::Cache) {
+            // Rows are validated against cache_len before any kernel runs (spec §5).
+            const Expr row = unsafe_promise_clamped(position, 0, cos_table_->dim(1).extent() - 1);
+            cs(v.pair, v.seq, v.batch) = {(*cos_table_)(v.pair, row), (*sin_table_)(v.pair, row) * (*sin_sign_)};
+            return cs;
+        }
+        // compat: the f32 angle transformers computes; precise: the angle in f64.
+        const Expr angle = source == Source::Compat ? cast<double>(cast<float>(position) * inv_freq_(v.pair))
+                                                    : cast<double>(position) * inv_freq_(v.pair);
+        const auto [sin_value, cos_value] = sin_cos(angle);
+        cs(v.pair, v.seq, v.batch) = {cast<float>(cos_value) * (*attn_factor_),
+                                      cast<float>(sin_value) * ((*attn_factor_) * (*sin_sign_))};
+        return cs;
+    }
+
+    RotatedTensorFuncs rotate_tensor(const std::string &name, const GeneratorInput<Buffer<>> &x, const TensorOutputs &out) {
+        const RopeVars v;
+        Func cs = cos_sin(name + "_cos_sin");
+
+        // spec §2: the pair's two lanes, relative to the rotary offset.
+        const Expr pairs = *rotary_pairs_, offset = *rotary_offset_;
+        const Expr lane_a = style == Style::Half ? offset + v.pair : offset + 2 * v.pair;
+        const Expr lane_b = style == Style::Half ? offset + v.pair + pairs : offset + 2 * v.pair + 1;
+        const Expr x_a = cast<float>(x(lane_a, v.head, v.seq, v.batch));
+        const Expr x_b = cast<float>(x(lane_b, v.head, v.seq, v.batch));
+
+        Func rotated_pairs(name + "_rotated_pairs");
+        rotated_pairs(v.pair, v.head, v.seq, v.batch) =
+            rotate_pair(x_a, x_b, cs(v.pair, v.seq, v.batch)[0], cs(v.pair, v.seq, v.batch)[1]);
+
+        // spec §4: a 16-bit output is the f32 result rounded to nearest even, once.
+        const Expr value = select(v.half == 0, rotated_pairs(v.pair, v.head, v.seq, v.batch)[0],
+                                  rotated_pairs(v.pair, v.head, v.seq, v.batch)[1]);
+        const std::vector<Var> rotated_args = style == Style::Half
+                                                  ? std::vector<Var>{v.pair, v.half, v.head, v.seq, v.batch}
+                                                  : std::vector<Var>{v.half, v.pair, v.head, v.seq, v.batch};
+        (*out.rotated)(rotated_args) = cast(dtype, value);
+        (*out.lead)(v.lane, v.head, v.seq, v.batch) = x(v.lane, v.head, v.seq, v.batch);
+        (*out.tail)(v.lane, v.head, v.seq, v.batch) = x(v.lane, v.head, v.seq, v.batch);
+
+        return {*out.rotated, rotated_pairs, cs, *out.lead, *out.tail, *out.rotated};
+    }
+
+    GeneratorInput<Buffer<>> *q_ = nullptr, *k_ = nullptr;
+    GeneratorInput<Buffer<int32_t, 2>> *positions_ = nullptr;
+    GeneratorInput<Buffer<float, 2>> *cos_table_ = nullptr, *sin_table_ = nullptr;
+    GeneratorInput<int32_t> *position_step_ = nullptr, *rotary_offset_ = nullptr, *rotary_pairs_ = nullptr;
+    GeneratorInput<double> *base_ = nullptr;
+    GeneratorInput<float> *attn_factor_ = nullptr, *sin_sign_ = nullptr;
+    std::vector<TensorOutputs> outputs_;
+    Func position_{"position"}, inv_freq_{"inv_freq"};
+    std::vector<RotatedTensorFuncs> tensors_;
+};
+
+}  // namespace
+}  // namespace ropegen
+
+HALIDE_REGISTER_GENERATOR(ropegen::RopeGenerator, ropegen_rope)

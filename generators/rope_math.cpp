@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+// The RoPE mathematics as Halide expressions (see rope_math.h).
+#include "rope_math.h"
+
+namespace ropegen {
+
+using Halide::cast;
+using Halide::Expr;
+using Halide::select;
+
+namespace {
+// Halide reads a bare double as f32; the sin/cos core is f64 throughout.
+Expr f64(double value) {
+    return Expr(value);
+}
+}  // namespace
+
+Expr compat_inv_freq(const Expr &pair, const Expr &base, const Expr &rotary_dim) {
+    Expr exponent = cast<float>(2 * pair) / cast<float>(rotary_dim);
+    Expr power = cast<float>(Halide::pow(cast<double>(cast<float>(base)), cast<double>(exponent)));
+    return 1.0f / power;
+}
+
+Expr precise_inv_freq(const Expr &pair, const Expr &base, const Expr &rotary_dim) {
+    Expr exponent = cast<double>(2 * pair) / cast<double>(rotary_dim);
+    return f64(1.0) / Halide::pow(cast<double>(base), exponent);
+}
+
+std::pair<Expr, Expr> sin_cos(const Expr &angle) {
+    // pi/2 split into 22-bit parts (the last one the f64 remainder): k * part is exact for
+    // k < 2^31, so each subtraction loses nothing and r keeps ~2^-70 absolute accuracy.
+    constexpr double kPiOver2Part1 = 0x1.921fb00000000p+0;
+    constexpr double kPiOver2Part2 = 0x1.5110b00000000p-22;
+    constexpr double kPiOver2Part3 = 0x1.1846980000000p-44;
+    constexpr double kPiOver2Part4 = 0x1.3198a2e037073p-69;
+    constexpr double kTwoOverPi = 0x1.45f306dc9c883p-1;
+
+    Expr k = Halide::round(angle * f64(kTwoOverPi));
+    Expr r = angle - k * f64(kPiOver2Part1);
+    r = r - k * f64(kPiOver2Part2);
+    r = r - k * f64(kPiOver2Part3);
+    r = r - k * f64(kPiOver2Part4);
+    Expr quadrant = cast<int32_t>(k) & 3;
+
+    // Taylor series on |r| <= pi/4: the first omitted terms are below 2^-36 relative, far
+    // under the f32 rounding that follows.
+    Expr r2 = r * r;
+    auto series = [&](std::initializer_list<double> coefficients) {  // Horner in r^2
+        Expr sum = f64(0.0);
+        for (auto it = std::rbegin(coefficients); it != std::rend(coefficients); ++it) {
+            sum = sum * r2 + f64(*it);
+        }
+        return sum;
+    };
+    Expr sin_r = r * series({1.0, -1.0 / 6, 1.0 / 120, -1.0 / 5040, 1.0 / 362880, -1.0 / 39916800});
+    Expr cos_r = series({1.0, -1.0 / 2, 1.0 / 24, -1.0 / 720, 1.0 / 40320, -1.0 / 3628800, 1.0 / 479001600});
+
+    // sin(k*pi/2 + r) and cos(k*pi/2 + r) by quadrant.
+    Expr odd = (quadrant & 1) != 0;
+    Expr sin_base = select(odd, cos_r, sin_r);
+    Expr cos_base = select(odd, sin_r, cos_r);
+    Expr sin_value = select((quadrant & 2) != 0, -sin_base, sin_base);
+    Expr cos_value = select(((quadrant + 1) & 2) != 0, -cos_base, cos_base);
+    return {sin_value, cos_value};
+}
+
+Halide::Tuple rotate_pair(const Expr &x_a, const Expr &x_b, const Expr &c, const Expr &s) {
+    return {x_a * c - x_b * s, x_b * c + x_a * s};
+}
+
+}  // namespace ropegen

@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: Apache-2.0
+// The RoPE mathematics of ../shared/ROPE_SPEC.md as Halide expressions, with no scheduling:
+// frequencies (spec §1, §5), vectorizable sin/cos with full range reduction (spec §5), and the
+// 2x2 rotation (spec §2-§3). The generator composes these; nothing else defines the math.
+#pragma once
+
+#include "Halide.h"
+
+namespace ropegen {
+
+/// inv_freq[i] = base^(-2i/R) the way transformers computes it in float32 (spec §5 `compat`):
+/// f32(1 / f32(powf(base, f32(2i)/R))). powf is evaluated in f64 and rounded once, which is the
+/// correctly rounded powf that a good libm returns.
+Halide::Expr compat_inv_freq(const Halide::Expr &pair, const Halide::Expr &base, const Halide::Expr &rotary_dim);
+
+/// inv_freq[i] = base^(-2i/R) in f64 (spec §5 `precise`).
+Halide::Expr precise_inv_freq(const Halide::Expr &pair, const Halide::Expr &base, const Halide::Expr &rotary_dim);
+
+/// sin and cos of an f64 angle |angle| < 2^31, both f64, vectorizable (no libm call). The angle
+/// is reduced by k*pi/2 with a four-part Cody-Waite constant whose parts are exact when multiplied
+/// by k < 2^31, so large angles (long contexts) keep full accuracy; then short polynomials on
+/// [-pi/4, pi/4], accurate far below one f32 ulp.
+std::pair<Halide::Expr, Halide::Expr> sin_cos(const Halide::Expr &angle);
+
+/// The block rotation of spec §2 applied to one pair (x_a, x_b) with c = cos, s = sin; the
+/// inverse direction (spec §3) is the same map with s negated by the caller.
+Halide::Tuple rotate_pair(const Halide::Expr &x_a, const Halide::Expr &x_b, const Halide::Expr &c, const Halide::Expr &s);
+
+}  // namespace ropegen

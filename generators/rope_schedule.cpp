@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+// CPU schedules for the RoPE pipeline (see rope_schedule.h).
+#include "rope_schedule.h"
+
+namespace ropegen {
+
+using Halide::Expr;
+using Halide::Stage;
+using Halide::TailStrategy;
+using Halide::Var;
+
+namespace {
+
+// Every split guards its tail rather than shifting it inwards: a shifted tail recomputes
+// elements, which would rotate twice when the output aliases the input (in place).
+constexpr TailStrategy kTail = TailStrategy::GuardWithIf;
+
+// Tokens and heads: the loop nest of one layout. `batch_inner` puts the batch loop inside the
+// sequence loop (SBHD), so a task holds tokens that lie together in memory.
+void schedule_tokens(Stage stage, const LayoutSchedule &layout, bool batch_inner) {
+    const RopeVars v;
+    const Var task{"task"}, tile{"token_tile"}, token{"token_in_tile"};
+    const Var &inner_axis = batch_inner ? v.batch : v.seq;
+    const Var &outer_axis = batch_inner ? v.seq : v.batch;
+    if (batch_inner) {
+        stage.reorder(v.batch, v.seq);
+    }
+    stage.split(inner_axis, tile, token, layout.tokens_per_task, kTail);
+    if (layout.head_loop == HeadLoop::OutsideTokens) {
+        stage.reorder(token, v.head);
+    }
+    stage.fuse(tile, outer_axis, task).parallel(task);
+}
+
+}  // namespace
+
+void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, int constant_pairs, const Expr &rotary_pairs) {
+    const RopeVars v;
+    const Var pair_block{"pair_block"}, pair_vector{"pair_vector"}, pair_lane{"pair_lane"};
+    const Var task{"task"};
+    const int lanes = schedule.vector_pairs;
+    const int block = lanes * schedule.unroll_pairs;
+
+    // Pairs: a block of `block` pairs is rotated into registers (rotated_pairs) before either of
+    // its lanes is stored, which keeps in-place calls correct; half is unrolled so each store is
+    // a dense vector (half style) or an interleaving store (interleaved style).
+    Halide::Func &out = funcs.rotated;
+    out.split(v.pair, pair_block, v.pair, block, kTail)
+        .split(v.pair, pair_vector, pair_lane, lanes, kTail);
+    out.reorder(pair_lane, v.half, pair_vector, pair_block).vectorize(pair_lane).unroll(v.half).unroll(pair_vector);
+
+    funcs.rotated_pairs.compute_at(out, pair_block)
+        .split(v.pair, pair_vector, pair_lane, lanes, kTail)
+        .vectorize(pair_lane)
+        .unroll(pair_vector);
+    if (schedule.cos_sin_per_task) {
+        funcs.cos_sin.compute_at(out, task).vectorize(v.pair, lanes, kTail);
+    }
+
+    // Layouts, recognised from the output strides (dims 2, 3, 4 = head, seq, batch); each has
+    // its own loop nest, and any other stride order takes the strided fallback.
+    const Halide::OutputImageParam &buf = funcs.output;
+    const Expr head_stride = buf.dim(2).stride(), seq_stride = buf.dim(3).stride(), batch_stride = buf.dim(4).stride();
+    const Expr is_bhsd = seq_stride < head_stride;
+    const Expr is_sbhd = head_stride <= batch_stride && batch_stride < seq_stride;
+    const Expr is_bshd = head_stride < seq_stride && seq_stride <= batch_stride;
+    auto schedule_layouts = [&](Stage stage) {
+        schedule_tokens(stage.specialize(is_bshd), schedule.bshd, false);
+        schedule_tokens(stage.specialize(is_bhsd), schedule.bhsd, false);
+        schedule_tokens(stage.specialize(is_sbhd), schedule.sbhd, true);
+        schedule_tokens(stage, schedule.strided, false);
+    };
+    if (constant_pairs > 0) {
+        schedule_layouts(out.specialize(rotary_pairs == constant_pairs));
+    }
+    schedule_layouts(out);
+
+    // Pass-through lanes (partial rotary only; usually empty): the lane loop is outermost so an
+    // empty slice costs nothing.
+    for (Halide::Func *copy : {&funcs.lead, &funcs.tail}) {
+        const Var lane_vector{"lane_vector"}, lane_in{"lane_in"}, tokens{"tokens"}, token_tile{"token_tile"};
+        copy->split(v.lane, lane_vector, lane_in, lanes, kTail)
+            .reorder(lane_in, v.head, v.seq, v.batch, lane_vector)
+            .vectorize(lane_in)
+            .fuse(v.seq, v.batch, tokens)
+            .split(tokens, token_tile, tokens, 64, kTail)
+            .parallel(token_tile);
+    }
+}
+
+}  // namespace ropegen

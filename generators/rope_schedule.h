@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+// CPU schedules for the RoPE pipeline, kept apart from the algorithm. The knobs are the
+// generator's schedule GeneratorParams, whose values come from schedules/*.json at build time.
+#pragma once
+
+#include "Halide.h"
+
+namespace ropegen {
+
+/// The pure variables of the pipeline, shared by the algorithm and the schedule by name.
+struct RopeVars {
+    Halide::Var pair{"pair"};    ///< rotation pair within the rotary slice, 0..P-1
+    Halide::Var half{"half"};    ///< which lane of the pair: 0 (x_a) or 1 (x_b)
+    Halide::Var lane{"lane"};    ///< lane within a head (pass-through outputs)
+    Halide::Var head{"head"};
+    Halide::Var seq{"seq"};
+    Halide::Var batch{"batch"};
+};
+
+/// Where a tensor layout's loop nest puts the head loop relative to the inner token loop.
+enum class HeadLoop { InsideTokens, OutsideTokens };
+
+/// The loop nest of one tensor layout (one Halide specialization).
+struct LayoutSchedule {
+    int tokens_per_task;  ///< tokens rotated by one parallel task; cos/sin are built per task
+    HeadLoop head_loop;   ///< InsideTokens: token-major (all heads of a token, then the next)
+};
+
+/// Knobs shared by every layout plus one LayoutSchedule per recognised layout.
+struct RopeSchedule {
+    int vector_pairs;       ///< rotation pairs per vector (the vector width in f32 lanes)
+    int unroll_pairs;       ///< pair vectors unrolled per loop iteration
+    bool cos_sin_per_task;  ///< build a cos/sin table per task (else read them where used)
+    LayoutSchedule bshd, bhsd, sbhd, strided;
+};
+
+/// The Funcs of one rotated tensor that the schedule places.
+struct RotatedTensorFuncs {
+    Halide::Func rotated;            ///< output: the rotary lanes as (pair, half, h, s, b) or (half, pair, ...)
+    Halide::Func rotated_pairs;      ///< both rotated lanes of a pair, before they are stored
+    Halide::Func cos_sin;            ///< per (pair, token) cos and sin
+    Halide::Func lead, tail;         ///< outputs: lanes before and after the rotary slice, copied
+    Halide::OutputImageParam output; ///< the rotated output's buffer, whose strides pick the layout
+};
+
+/// Applies `schedule` to one tensor's Funcs. `constant_pairs` > 0 adds a specialization for that many rotation pairs (fixed head_dim kernels).
+void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, int constant_pairs, const Halide::Expr &rotary_pairs);
+
+}  // namespace ropegen

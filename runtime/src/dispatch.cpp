@@ -1,0 +1,317 @@
+// SPDX-License-Identifier: Apache-2.0
+// rope_dispatch(): validate, pick the first kernel of the generated table that matches the call
+// and may run on this CPU, describe the caller's memory as Halide buffers (no copies), and run.
+#include <HalideRuntime.h>
+
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "internal/kernel_table.h"
+#include "internal/runtime_state.h"
+#include "internal/validate.h"
+
+namespace ropegen {
+namespace {
+
+constexpr int64_t kMaxStride = std::numeric_limits<int32_t>::max();
+
+halide_type_t halide_type(rope_dtype dtype) {
+    switch (dtype) {
+    case ROPE_DTYPE_F16:
+        return halide_type_t(halide_type_float, 16);
+    case ROPE_DTYPE_BF16:
+        return halide_type_t(halide_type_bfloat, 16);
+    default:
+        return halide_type_t(halide_type_float, 32);
+    }
+}
+
+const char *isa_name(rope_isa isa) {
+    switch (isa) {
+    case ROPE_ISA_AVX512:
+        return "avx512";
+    case ROPE_ISA_AVX2:
+        return "avx2";
+    case ROPE_ISA_SSE41:
+        return "sse41";
+    default:
+        return "none";
+    }
+}
+
+// A halide_buffer_t with its own dimension storage.
+struct Buffer {
+    halide_buffer_t raw{};
+    halide_dimension_t dims[5]{};
+
+    Buffer(void *host, halide_type_t type, int dimensions) {
+        raw.host = static_cast<uint8_t *>(host);
+        raw.type = type;
+        raw.dimensions = dimensions;
+        raw.dim = dims;
+    }
+    void set(int d, int64_t min, int64_t extent, int64_t stride) {
+        dims[d] = halide_dimension_t(static_cast<int32_t>(min), static_cast<int32_t>(extent), static_cast<int32_t>(stride));
+    }
+};
+
+// One slice of the call along the token and head axes: all of them, or a single index on the
+// axes whose strides do not fit Halide's int32 dimensions (tensors beyond 2^31 elements).
+struct Slice {
+    int64_t begin[3];  // batch, seq, heads (heads only for q/k tensors)
+    int64_t extent[3];
+};
+
+struct TensorViews {
+    Buffer input, rotated, lead, tail;
+};
+
+// Describes tensor `in`/`out` for one slice: [lane, head, seq, batch] with the slice's axes.
+TensorViews make_views(const ValidCall &call, const rope_tensor &in, const rope_tensor &out, const Slice &slice,
+                       bool present) {
+    const halide_type_t type = halide_type(in.dtype);
+    const size_t element = type.bytes();
+    const int64_t pairs = call.rotary_dim / 2;
+    auto base_of = [&](const rope_tensor &t) {
+        int64_t offset = 0;
+        for (int axis = 0; axis < 3; axis++) {
+            offset += slice.begin[axis] * t.strides[axis];
+        }
+        return static_cast<uint8_t *>(t.data) + offset * static_cast<int64_t>(element);
+    };
+    uint8_t *in_base = base_of(in), *out_base = base_of(out);
+    const int64_t heads = present ? (slice.extent[2] >= 0 ? slice.extent[2] : in.sizes[2]) : 0;
+    auto outer_dims = [&](Buffer &b, const rope_tensor &t, int first) {
+        b.set(first, 0, heads, heads > 1 ? t.strides[2] : 0);
+        // Token coordinates stay global (min = the slice's start) so positions line up.
+        b.set(first + 1, slice.begin[1], slice.extent[1], slice.extent[1] > 1 ? t.strides[1] : 0);
+        b.set(first + 2, slice.begin[0], slice.extent[0], slice.extent[0] > 1 ? t.strides[0] : 0);
+    };
+    const bool in_place = in.data == out.data;
+    const int64_t offset = call.rotary_offset, tail_min = offset + call.rotary_dim;
+    TensorViews v{Buffer(in_base, type, 4), Buffer(out_base + offset * element, type, 5),
+                  Buffer(out_base, type, 4), Buffer(out_base + tail_min * element, type, 4)};
+    v.input.set(0, 0, call.head_dim, 1);
+    outer_dims(v.input, in, 1);
+    if (call.params.style == ROPE_STYLE_HALF) {
+        v.rotated.set(0, 0, pairs, 1);  // (pair, half): lanes i and i + P
+        v.rotated.set(1, 0, 2, pairs);
+    } else {
+        v.rotated.set(0, 0, 2, 1);  // (half, pair): lanes 2i and 2i + 1
+        v.rotated.set(1, 0, pairs, 2);
+    }
+    outer_dims(v.rotated, out, 2);
+    // Lanes outside the rotary slice are copied, unless in place where they already hold the value.
+    v.lead.set(0, 0, in_place ? 0 : offset, 1);
+    outer_dims(v.lead, out, 1);
+    v.tail.set(0, tail_min, in_place ? 0 : call.head_dim - tail_min, 1);
+    outer_dims(v.tail, out, 1);
+    return v;
+}
+
+bool stride_fits(const rope_tensor &t, int axis) {
+    return t.sizes[axis] <= 1 || t.strides[axis] <= kMaxStride;
+}
+
+const KernelEntry *select_kernel(const ValidCall &call, rope_isa max_isa) {
+    size_t count = 0;
+    const KernelEntry *table = kernel_table(&count);
+    for (size_t i = 0; i < count; i++) {
+        if (table[i].isa <= max_isa && kernel_matches(table[i], call.params)) {
+            return &table[i];
+        }
+    }
+    return nullptr;
+}
+
+void set_report_kernel(rope_report *report, const char *name) {
+    if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
+        std::strncpy(report->kernel, name, sizeof(report->kernel) - 1);
+        report->kernel[sizeof(report->kernel) - 1] = '\0';
+    }
+}
+
+rope_status finish(rope_report *report, rope_status status, const std::string &message) {
+    if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
+        report->status = status;
+        if (!message.empty() || status == ROPE_OK) {
+            set_report_message(report, message);
+        }
+    }
+    return status;
+}
+
+rope_status begin(const rope_params *params, rope_report *report, ValidCall *call) {
+    ensure_initialized();
+    if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
+        report->status = ROPE_OK;
+        report->message[0] = '\0';
+        report->kernel[0] = '\0';
+    }
+    std::string message;
+    const rope_status status = validate(params, call, &message);
+    return finish(report, status, message);
+}
+
+// Runs `kernel` over every slice of the call.
+rope_status run(const KernelEntry &kernel, const ValidCall &call, rope_report *report) {
+    const rope_params &p = call.params;
+    const rope_tensor *tensors[] = {&p.q, &p.k, &p.q_out, &p.k_out};
+    bool slice_axis[3] = {false, false, false};
+    for (int t = 0; t < 4; t++) {
+        if (t % 2 == 1 && !call.has_k) {
+            continue;
+        }
+        for (int axis = 0; axis < 3; axis++) {
+            slice_axis[axis] = slice_axis[axis] || !stride_fits(*tensors[t], axis);
+        }
+    }
+    const int64_t batch = p.q.sizes[0], seq = p.q.sizes[1];
+    if (batch == 0 || seq == 0) {
+        return finish(report, ROPE_OK, "");
+    }
+
+    // Positions as an int32 [seq, batch] view: int64 tables are read through their low words
+    // (validation proved every position < 2^31, so the high words are zero).
+    const rope_positions &pos = p.positions;
+    const int64_t scale = pos.index_type == ROPE_INDEX_INT64 ? 2 : 1;
+    int32_t scalar_offset = static_cast<int32_t>(pos.offset);
+    const bool table = pos.kind == ROPE_POSITIONS_TABLE;
+    const bool scalar = !table && pos.data == nullptr;
+    void *pos_data = scalar ? static_cast<void *>(&scalar_offset) : const_cast<void *>(pos.data);
+    const int64_t pos_seq_stride = table ? pos.strides[1] * scale : 0;
+    const int64_t pos_batch_stride = scalar ? 0 : pos.strides[0] * scale;
+    const int32_t position_step = table ? 0 : 1;
+
+    const int64_t pairs = call.rotary_dim / 2;
+    float unused_table = 0.0f;
+    const bool cache = p.angles.source == ROPE_SOURCE_CACHE;
+    const int64_t row_stride = p.angles.cache_row_stride != 0 ? p.angles.cache_row_stride : pairs;
+    const int64_t rows = std::min<int64_t>(p.angles.cache_len, kMaxStride);
+    const float sin_sign = p.direction == ROPE_INVERSE ? -1.0f : 1.0f;
+    CallContext context{report, p.num_threads};
+
+    const int64_t steps[3] = {slice_axis[0] ? batch : 1, slice_axis[1] ? seq : 1,
+                              slice_axis[2] ? std::max(p.q.sizes[2], call.has_k ? p.k.sizes[2] : 0) : 1};
+    for (int64_t b = 0; b < steps[0]; b++) {
+        for (int64_t s = 0; s < steps[1]; s++) {
+            for (int64_t h = 0; h < steps[2]; h++) {
+                Slice slice{{slice_axis[0] ? b : 0, slice_axis[1] ? s : 0, slice_axis[2] ? h : 0},
+                            {slice_axis[0] ? 1 : batch, slice_axis[1] ? 1 : seq, slice_axis[2] ? 1 : -1}};
+                const bool q_present = !slice_axis[2] || h < p.q.sizes[2];
+                const bool k_present = call.has_k && (!slice_axis[2] || h < p.k.sizes[2]);
+                TensorViews q = make_views(call, p.q, p.q_out, slice, q_present);
+                TensorViews k = call.has_k ? make_views(call, p.k, p.k_out, slice, k_present)
+                                           : make_views(call, p.q, p.q_out, slice, false);
+                // Positions: global coordinates too, so offset + seq holds in every slice.
+                const int64_t pos_offset = slice.begin[0] * pos_batch_stride + slice.begin[1] * pos_seq_stride;
+                Buffer positions(static_cast<int32_t *>(pos_data) + pos_offset, halide_type_t(halide_type_int, 32), 2);
+                positions.set(0, slice.begin[1], slice.extent[1], slice.extent[1] > 1 ? pos_seq_stride : 0);
+                positions.set(1, slice.begin[0], slice.extent[0], slice.extent[0] > 1 ? pos_batch_stride : 0);
+                Buffer cos_table(cache ? const_cast<float *>(p.angles.cos_cache) : &unused_table,
+                                 halide_type_t(halide_type_float, 32), 2);
+                Buffer sin_table(cache ? const_cast<float *>(p.angles.sin_cache) : &unused_table,
+                                 halide_type_t(halide_type_float, 32), 2);
+                for (Buffer *t : {&cos_table, &sin_table}) {
+                    t->set(0, 0, cache ? pairs : 1, 1);
+                    t->set(1, 0, cache ? rows : 1, cache ? row_stride : 0);
+                }
+                const int result = kernel.function(
+                    &context, &q.input.raw, &k.input.raw, &positions.raw, position_step, &cos_table.raw, &sin_table.raw,
+                    call.base, call.attn_factor, sin_sign, call.rotary_offset, static_cast<int32_t>(pairs), &q.rotated.raw,
+                    &q.lead.raw, &q.tail.raw, &k.rotated.raw, &k.lead.raw, &k.tail.raw);
+                if (result != 0) {
+                    std::string message = "kernel " + std::string(kernel.name) + " failed with Halide error " +
+                                          std::to_string(result);
+                    if (report != nullptr && report->struct_size >= sizeof(rope_report) && report->message[0] != '\0') {
+                        message += ": " + std::string(report->message);
+                    }
+                    return finish(report, ROPE_ERR_INTERNAL, message);
+                }
+            }
+        }
+    }
+    return finish(report, ROPE_OK, "");
+}
+
+rope_status dispatch(const rope_params *params, rope_report *report, bool execute) {
+    ValidCall call;
+    rope_status status = begin(params, report, &call);
+    if (status != ROPE_OK) {
+        return status;
+    }
+    const rope_isa isa = usable_isa();
+    const KernelEntry *kernel = select_kernel(call, isa);
+    if (kernel == nullptr) {
+        return finish(report, ROPE_ERR_UNSUPPORTED,
+                      std::string("no kernel built for this call runs at ISA level ") + isa_name(isa) +
+                          (isa == ROPE_ISA_NONE ? " (the CPU lacks SSE4.1, the baseline)" : "") +
+                          "; check ROPEGEN_ISAS/ROPEGEN_DTYPES of the build and ROPE_MAX_ISA");
+    }
+    set_report_kernel(report, kernel->name);
+    return execute ? run(*kernel, call, report) : finish(report, ROPE_OK, "");
+}
+
+}  // namespace
+
+bool kernel_matches(const KernelEntry &kernel, const rope_params &params) {
+    return kernel.style == params.style && kernel.source == params.angles.source && kernel.dtype == params.q.dtype &&
+           (kernel.head_dim == 0 || kernel.head_dim == params.q.sizes[3]);
+}
+
+rope_status run_kernel(const KernelEntry &kernel, const rope_params *params, rope_report *report) {
+    ValidCall call;
+    rope_status status = begin(params, report, &call);
+    if (status != ROPE_OK) {
+        return status;
+    }
+    if (!kernel_matches(kernel, call.params)) {
+        return finish(report, ROPE_ERR_UNSUPPORTED, std::string("kernel ") + kernel.name + " does not serve this call");
+    }
+    if (kernel.isa > detected_isa()) {
+        return finish(report, ROPE_ERR_UNSUPPORTED, std::string("kernel ") + kernel.name + " needs " + isa_name(kernel.isa) +
+                                                        "; this CPU supports " + isa_name(detected_isa()));
+    }
+    set_report_kernel(report, kernel.name);
+    return run(kernel, call, report);
+}
+
+}  // namespace ropegen
+
+extern "C" rope_status rope_dispatch(const rope_params *params, rope_report *report) {
+    return ropegen::dispatch(params, report, true);
+}
+
+extern "C" rope_status rope_query(const rope_params *params, rope_report *report) {
+    return ropegen::dispatch(params, report, false);
+}
+
+extern "C" const char *rope_status_string(rope_status status) {
+    switch (status) {
+    case ROPE_OK: return "ROPE_OK: success";
+    case ROPE_ERR_NULL_POINTER: return "ROPE_ERR_NULL_POINTER: a required pointer is NULL";
+    case ROPE_ERR_BAD_ENUM: return "ROPE_ERR_BAD_ENUM: an enum field holds an unknown value";
+    case ROPE_ERR_DTYPE_MISMATCH: return "ROPE_ERR_DTYPE_MISMATCH: q, k and outputs do not share one dtype";
+    case ROPE_ERR_BAD_HEAD_DIM: return "ROPE_ERR_BAD_HEAD_DIM: head_dim is not even and positive, or not shared";
+    case ROPE_ERR_BAD_ROTARY: return "ROPE_ERR_BAD_ROTARY: rotary_dim/rotary_offset outside 2 <= R <= D, R even, o + R <= D";
+    case ROPE_ERR_BAD_SHAPE: return "ROPE_ERR_BAD_SHAPE: a size is negative or tensors disagree on their sizes";
+    case ROPE_ERR_SIZE_OVERFLOW: return "ROPE_ERR_SIZE_OVERFLOW: an element or byte count overflows 64 bits";
+    case ROPE_ERR_BAD_STRIDE: return "ROPE_ERR_BAD_STRIDE: the head_dim stride is not 1 or a stride is negative";
+    case ROPE_ERR_POSITION_OUT_OF_RANGE: return "ROPE_ERR_POSITION_OUT_OF_RANGE: a position is negative or beyond the cache";
+    case ROPE_ERR_OVERLAP: return "ROPE_ERR_OVERLAP: an output partially overlaps another tensor";
+    case ROPE_ERR_BAD_VALUE: return "ROPE_ERR_BAD_VALUE: a scalar argument is out of range";
+    case ROPE_ERR_ABI_MISMATCH: return "ROPE_ERR_ABI_MISMATCH: struct_size or abi_version not understood";
+    case ROPE_ERR_UNSUPPORTED: return "ROPE_ERR_UNSUPPORTED: no kernel built for this call runs on this CPU";
+    case ROPE_ERR_INTERNAL: return "ROPE_ERR_INTERNAL: a generated kernel failed";
+    }
+    return "unknown rope_status";
+}
+
+extern "C" const char *rope_version_string(void) {
+    return ROPEGEN_VERSION;
+}
+
+extern "C" uint32_t rope_abi_version(void) {
+    return ROPE_ABI_VERSION;
+}

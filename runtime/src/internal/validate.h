@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+// Argument validation of rope_dispatch(): every rule of the ABI, checked before any kernel runs.
+#pragma once
+
+#include <string>
+
+#include "ropegen/rope.h"
+
+namespace ropegen {
+
+/// A call that passed validation, with defaults applied.
+struct ValidCall {
+    rope_params params;  ///< the caller's struct, copied up to its struct_size, zero beyond
+    int64_t head_dim;
+    int32_t rotary_dim, rotary_offset;
+    bool has_k;
+    double base;
+    float attn_factor;
+};
+
+/// Checks `params` against every rule; on failure returns the status and fills `message` with
+/// the argument, its value and the rule.
+rope_status validate(const rope_params *params, ValidCall *call, std::string *message);
+
+}  // namespace ropegen

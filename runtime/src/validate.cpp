@@ -1,0 +1,385 @@
+// SPDX-License-Identifier: Apache-2.0
+// Argument validation (see internal/validate.h). Rules are checked in the order of the spec's
+// sections; each failure names the argument, the value and the rule.
+#include "internal/validate.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+namespace ropegen {
+namespace {
+
+constexpr int64_t kMaxPosition = std::numeric_limits<int32_t>::max();  // kernels index with int32
+
+// Accumulates a message; `fail(status) << ...` reads like the rule it reports.
+class Failure {
+public:
+    explicit Failure(std::string *message) : message_(message) {
+    }
+    std::ostringstream &fail(rope_status status) {
+        status_ = status;
+        stream_.str("");
+        return stream_;
+    }
+    rope_status finish() {
+        if (status_ != ROPE_OK) {
+            *message_ = stream_.str();
+        }
+        return status_;
+    }
+    bool failed() const {
+        return status_ != ROPE_OK;
+    }
+
+private:
+    std::string *message_;
+    std::ostringstream stream_;
+    rope_status status_ = ROPE_OK;
+};
+
+size_t dtype_size(rope_dtype dtype) {
+    return dtype == ROPE_DTYPE_F32 ? 4 : 2;
+}
+
+bool multiply_overflows(int64_t a, int64_t b, int64_t *product) {
+    return __builtin_mul_overflow(a, b, product);
+}
+
+// [first, last] byte addresses a view can touch (an empty view touches nothing).
+struct ByteRange {
+    uintptr_t first, last;
+    bool empty;
+};
+
+ByteRange byte_range(const rope_tensor &t) {
+    int64_t span = 0;
+    for (int axis = 0; axis < 4; axis++) {
+        if (t.sizes[axis] == 0) {
+            return {0, 0, true};
+        }
+        span += (t.sizes[axis] - 1) * t.strides[axis];  // validated not to overflow
+    }
+    const auto first = reinterpret_cast<uintptr_t>(t.data);
+    return {first, first + static_cast<uintptr_t>((span + 1) * dtype_size(t.dtype)) - 1, false};
+}
+
+bool same_view(const rope_tensor &a, const rope_tensor &b) {
+    return a.data == b.data && std::memcmp(a.sizes, b.sizes, sizeof(a.sizes)) == 0 &&
+           std::memcmp(a.strides, b.strides, sizeof(a.strides)) == 0;
+}
+
+// True when two views share no element. Views into one token-major buffer (packed QKV: same
+// batch and seq strides, heads side by side) are disjoint when their per-token head ranges are;
+// anything else is judged by its byte range.
+bool disjoint(const rope_tensor &a, const rope_tensor &b) {
+    const ByteRange ra = byte_range(a), rb = byte_range(b);
+    if (ra.empty || rb.empty || ra.last < rb.first || rb.last < ra.first) {
+        return true;
+    }
+    if (a.strides[0] != b.strides[0] || a.strides[1] != b.strides[1] || a.dtype != b.dtype) {
+        return false;
+    }
+    const int64_t token_stride = a.sizes[1] > 1 ? a.strides[1] : a.strides[0];
+    auto token_span = [](const rope_tensor &t) { return (t.sizes[2] - 1) * t.strides[2] + t.sizes[3]; };
+    const int64_t delta = (reinterpret_cast<intptr_t>(b.data) - reinterpret_cast<intptr_t>(a.data)) /
+                          static_cast<intptr_t>(dtype_size(a.dtype));
+    if (token_stride <= 0 || token_span(a) > token_stride || token_span(b) > token_stride) {
+        return false;
+    }
+    // Offsets of b's token footprint relative to a's, reduced to one token period.
+    const int64_t start = ((delta % token_stride) + token_stride) % token_stride;
+    return start >= token_span(a) && start + token_span(b) <= token_stride;
+}
+
+const char *const kTensorNames[] = {"q", "k", "q_out", "k_out"};
+const char *const kAxisNames[] = {"batch", "seq", "heads", "head_dim"};
+
+void check_tensor(Failure &f, const char *name, const rope_tensor &t) {
+    if (t.dtype < ROPE_DTYPE_F32 || t.dtype > ROPE_DTYPE_BF16) {
+        f.fail(ROPE_ERR_BAD_ENUM) << name << ".dtype=" << t.dtype << " is not a rope_dtype (0 f32, 1 f16, 2 bf16)";
+        return;
+    }
+    int64_t elements = 1, span = 0;
+    for (int axis = 0; axis < 4; axis++) {
+        if (t.sizes[axis] < 0) {
+            f.fail(ROPE_ERR_BAD_SHAPE) << name << ".sizes[" << axis << "] (" << kAxisNames[axis] << ")=" << t.sizes[axis]
+                                       << " must be >= 0";
+            return;
+        }
+        if (t.strides[axis] < 0) {
+            f.fail(ROPE_ERR_BAD_STRIDE) << name << ".strides[" << axis << "] (" << kAxisNames[axis]
+                                        << ")=" << t.strides[axis] << " must be >= 0";
+            return;
+        }
+        int64_t extent_span = 0;
+        if (multiply_overflows(elements, t.sizes[axis], &elements) ||
+            multiply_overflows(t.sizes[axis] > 0 ? t.sizes[axis] - 1 : 0, t.strides[axis], &extent_span) ||
+            __builtin_add_overflow(span, extent_span, &span)) {
+            f.fail(ROPE_ERR_SIZE_OVERFLOW) << name << ".sizes/strides: the element span of " << kAxisNames[axis]
+                                           << " overflows 64 bits";
+            return;
+        }
+    }
+    int64_t bytes = 0;
+    if (multiply_overflows(span + 1, static_cast<int64_t>(dtype_size(t.dtype)), &bytes)) {
+        f.fail(ROPE_ERR_SIZE_OVERFLOW) << name << ": the byte span of the view overflows 64 bits";
+        return;
+    }
+    if (t.strides[3] != 1 && t.sizes[3] > 1) {
+        f.fail(ROPE_ERR_BAD_STRIDE) << name << ".strides[3] (head_dim)=" << t.strides[3]
+                                    << " must be 1: the lane axis is contiguous (spec §4)";
+    }
+}
+
+// Positions must lie in [0, limit) (spec §5); reads each table entry once.
+void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64_t seq, int64_t limit,
+                     const char *limit_rule) {
+    if (pos.kind != ROPE_POSITIONS_OFFSET && pos.kind != ROPE_POSITIONS_TABLE) {
+        f.fail(ROPE_ERR_BAD_ENUM) << "positions.kind=" << pos.kind << " is not a rope_positions_kind (0 offset, 1 table)";
+        return;
+    }
+    if (pos.index_type != ROPE_INDEX_INT32 && pos.index_type != ROPE_INDEX_INT64) {
+        f.fail(ROPE_ERR_BAD_ENUM) << "positions.index_type=" << pos.index_type
+                                  << " is not a rope_index_type (0 int32, 1 int64)";
+        return;
+    }
+    if (pos.strides[0] < 0 || pos.strides[1] < 0) {
+        f.fail(ROPE_ERR_BAD_STRIDE) << "positions.strides=[" << pos.strides[0] << ", " << pos.strides[1]
+                                    << "] must be >= 0";
+        return;
+    }
+    if (batch == 0 || seq == 0) {
+        return;
+    }
+    auto read = [&](int64_t index) {
+        return pos.index_type == ROPE_INDEX_INT32 ? static_cast<const int32_t *>(pos.data)[index]
+                                                  : static_cast<const int64_t *>(pos.data)[index];
+    };
+    auto check = [&](int64_t first, int64_t last, const char *what, int64_t b, int64_t s) {
+        if (first < 0) {
+            f.fail(ROPE_ERR_POSITION_OUT_OF_RANGE) << what << "[" << b << "]" << (s >= 0 ? "[" + std::to_string(s) + "]" : "")
+                                                   << "=" << first << " is negative; positions must be >= 0 (spec §5)";
+            return false;
+        }
+        if (last >= limit || last < first) {
+            f.fail(ROPE_ERR_POSITION_OUT_OF_RANGE) << what << "[" << b << "]" << (s >= 0 ? "[" + std::to_string(s) + "]" : "")
+                                                   << " gives position " << last << "; positions must be < " << limit
+                                                   << " (" << limit_rule << ")";
+            return false;
+        }
+        return true;
+    };
+    if (pos.kind == ROPE_POSITIONS_TABLE) {
+        if (pos.data == nullptr) {
+            f.fail(ROPE_ERR_NULL_POINTER) << "positions.data is NULL; a position table needs [batch][seq] entries";
+            return;
+        }
+        for (int64_t b = 0; b < batch; b++) {
+            for (int64_t s = 0; s < seq; s++) {
+                const int64_t value = read(b * pos.strides[0] + s * pos.strides[1]);
+                if (!check(value, value, "positions.data", b, s)) {
+                    return;
+                }
+            }
+        }
+        return;
+    }
+    for (int64_t b = 0; b < batch; b++) {
+        const int64_t offset = pos.data != nullptr ? read(b * pos.strides[0]) : pos.offset;
+        if (offset > limit) {
+            check(offset, offset, pos.data != nullptr ? "positions.data (offsets)" : "positions.offset", b, -1);
+            return;
+        }
+        if (!check(offset, offset + seq - 1, pos.data != nullptr ? "positions.data (offsets)" : "positions.offset", b, -1)) {
+            return;
+        }
+        if (pos.data == nullptr) {
+            return;  // one scalar offset: the first batch item speaks for all
+        }
+    }
+}
+
+}  // namespace
+
+rope_status validate(const rope_params *user, ValidCall *call, std::string *message) {
+    Failure f(message);
+    if (user == nullptr) {
+        f.fail(ROPE_ERR_NULL_POINTER) << "params is NULL";
+        return f.finish();
+    }
+    if (user->abi_version != ROPE_ABI_VERSION) {
+        f.fail(ROPE_ERR_ABI_MISMATCH) << "params.abi_version=" << user->abi_version << " is not this library's ABI version "
+                                      << ROPE_ABI_VERSION;
+        return f.finish();
+    }
+    if (user->struct_size != sizeof(rope_params)) {
+        // Version 1 knows one layout; a later version accepts older, smaller sizes here.
+        f.fail(ROPE_ERR_ABI_MISMATCH) << "params.struct_size=" << user->struct_size << " is not a rope_params size this library knows ("
+                                      << sizeof(rope_params) << ")";
+        return f.finish();
+    }
+    std::memset(&call->params, 0, sizeof(call->params));
+    std::memcpy(&call->params, user, user->struct_size);
+    const rope_params &p = call->params;
+
+    if (p.style != ROPE_STYLE_HALF && p.style != ROPE_STYLE_INTERLEAVED) {
+        f.fail(ROPE_ERR_BAD_ENUM) << "style=" << p.style << " is not a rope_style (0 half, 1 interleaved)";
+        return f.finish();
+    }
+    if (p.direction != ROPE_FORWARD && p.direction != ROPE_INVERSE) {
+        f.fail(ROPE_ERR_BAD_ENUM) << "direction=" << p.direction << " is not a rope_direction (0 forward, 1 inverse)";
+        return f.finish();
+    }
+    if (p.angles.source < ROPE_SOURCE_CACHE || p.angles.source > ROPE_SOURCE_PRECISE) {
+        f.fail(ROPE_ERR_BAD_ENUM) << "angles.source=" << p.angles.source << " is not a rope_source (0 cache, 1 compat, 2 precise)";
+        return f.finish();
+    }
+
+    // Tensors: presence, dtype, shapes, strides (spec §4).
+    call->has_k = p.k.data != nullptr;
+    const rope_tensor *tensors[] = {&p.q, &p.k, &p.q_out, &p.k_out};
+    for (int i = 0; i < 4; i++) {
+        const bool is_k = i == 1 || i == 3;
+        if (is_k && !call->has_k) {
+            continue;
+        }
+        if (tensors[i]->data == nullptr) {
+            f.fail(ROPE_ERR_NULL_POINTER) << kTensorNames[i] << ".data is NULL"
+                                          << (i == 3 ? "; k is given, so k_out is required (k_out == k for in place)" : "");
+            return f.finish();
+        }
+        check_tensor(f, kTensorNames[i], *tensors[i]);
+        if (f.failed()) {
+            return f.finish();
+        }
+        if (tensors[i]->dtype != p.q.dtype) {
+            f.fail(ROPE_ERR_DTYPE_MISMATCH) << kTensorNames[i] << ".dtype=" << tensors[i]->dtype << " differs from q.dtype="
+                                            << p.q.dtype << "; q, k and the outputs share one dtype (spec §4)";
+            return f.finish();
+        }
+    }
+    call->head_dim = p.q.sizes[3];
+    if (call->head_dim <= 0 || call->head_dim % 2 != 0 || call->head_dim > std::numeric_limits<int32_t>::max()) {
+        f.fail(ROPE_ERR_BAD_HEAD_DIM) << "q.sizes[3] (head_dim)=" << call->head_dim << " must be even and positive (spec §1)";
+        return f.finish();
+    }
+    for (int i = 1; i < 4; i++) {
+        const rope_tensor &t = *tensors[i];
+        if ((i == 1 || i == 3) && !call->has_k) {
+            continue;
+        }
+        if (t.sizes[3] != call->head_dim) {
+            f.fail(ROPE_ERR_BAD_HEAD_DIM) << kTensorNames[i] << ".sizes[3] (head_dim)=" << t.sizes[3] << " differs from q's "
+                                          << call->head_dim << "; q and k share head_dim (spec §4)";
+            return f.finish();
+        }
+        const rope_tensor &partner = i == 3 ? p.k : p.q;  // outputs match their inputs, k matches q
+        const int last_axis = i == 1 ? 2 : 3;              // k may have its own head count
+        for (int axis = 0; axis < last_axis; axis++) {
+            if (t.sizes[axis] != partner.sizes[axis]) {
+                f.fail(ROPE_ERR_BAD_SHAPE) << kTensorNames[i] << ".sizes[" << axis << "] (" << kAxisNames[axis] << ")="
+                                           << t.sizes[axis] << " differs from " << (i == 3 ? "k" : "q") << "'s "
+                                           << partner.sizes[axis];
+                return f.finish();
+            }
+        }
+    }
+
+    // Rotary slice (spec §1).
+    call->rotary_dim = p.rotary_dim != 0 ? p.rotary_dim : static_cast<int32_t>(call->head_dim);
+    call->rotary_offset = p.rotary_offset;
+    if (call->rotary_dim < 2 || call->rotary_dim % 2 != 0 || call->rotary_dim > call->head_dim) {
+        f.fail(ROPE_ERR_BAD_ROTARY) << "rotary_dim=" << call->rotary_dim << " must be even with 2 <= rotary_dim <= head_dim="
+                                    << call->head_dim << " (spec §1)";
+        return f.finish();
+    }
+    if (call->rotary_offset < 0 || call->rotary_offset + static_cast<int64_t>(call->rotary_dim) > call->head_dim) {
+        f.fail(ROPE_ERR_BAD_ROTARY) << "rotary_offset=" << call->rotary_offset << " must be >= 0 with rotary_offset + rotary_dim ("
+                                    << call->rotary_dim << ") <= head_dim=" << call->head_dim << " (spec §1)";
+        return f.finish();
+    }
+
+    // Scalars.
+    if (p.num_threads < 0) {
+        f.fail(ROPE_ERR_BAD_VALUE) << "num_threads=" << p.num_threads << " must be >= 0 (0: the library's thread count)";
+        return f.finish();
+    }
+    const rope_angles &a = p.angles;
+    call->base = a.base != 0 ? a.base : 10000.0;
+    call->attn_factor = a.attn_factor != 0 ? a.attn_factor : 1.0f;
+    if (a.source != ROPE_SOURCE_CACHE) {
+        if (!(call->base > 1.0) || !std::isfinite(call->base)) {
+            f.fail(ROPE_ERR_BAD_VALUE) << "angles.base=" << call->base << " must be finite and > 1 (spec §1)";
+            return f.finish();
+        }
+        if (!std::isfinite(call->attn_factor)) {
+            f.fail(ROPE_ERR_BAD_VALUE) << "angles.attn_factor=" << call->attn_factor << " must be finite";
+            return f.finish();
+        }
+    }
+
+    // Positions (spec §5), after the cache so the limit is known.
+    int64_t limit = kMaxPosition + 1;
+    const char *limit_rule = "2^31: the kernels index positions with int32";
+    std::string cache_rule;
+    if (a.source == ROPE_SOURCE_CACHE) {
+        const int64_t pairs = call->rotary_dim / 2;
+        if (a.cos_cache == nullptr || a.sin_cache == nullptr) {
+            f.fail(ROPE_ERR_NULL_POINTER) << (a.cos_cache == nullptr ? "angles.cos_cache" : "angles.sin_cache")
+                                          << " is NULL; the cache source needs both tables (spec §5)";
+            return f.finish();
+        }
+        if (a.cache_len <= 0) {
+            f.fail(ROPE_ERR_BAD_VALUE) << "angles.cache_len=" << a.cache_len << " must be > 0 for the cache source";
+            return f.finish();
+        }
+        const int64_t row_stride = a.cache_row_stride != 0 ? a.cache_row_stride : pairs;
+        if (row_stride < pairs || row_stride > std::numeric_limits<int32_t>::max()) {
+            f.fail(ROPE_ERR_BAD_STRIDE) << "angles.cache_row_stride=" << a.cache_row_stride << " must be 0 or in [rotary_dim/2="
+                                        << pairs << ", 2^31)";
+            return f.finish();
+        }
+        int64_t table_elements = 0;
+        if (multiply_overflows(a.cache_len, row_stride, &table_elements) ||
+            multiply_overflows(table_elements, int64_t{4}, &table_elements)) {
+            f.fail(ROPE_ERR_SIZE_OVERFLOW) << "angles.cache_len=" << a.cache_len << " x row stride " << row_stride
+                                           << " floats overflows 64 bits";
+            return f.finish();
+        }
+        limit = std::min(a.cache_len, kMaxPosition + 1);
+        cache_rule = "angles.cache_len=" + std::to_string(a.cache_len) + ", spec §5";
+        limit_rule = cache_rule.c_str();
+    }
+    check_positions(f, p.positions, p.q.sizes[0], p.q.sizes[1], limit, limit_rule);
+    if (f.failed()) {
+        return f.finish();
+    }
+
+    // Aliasing (spec §4): an output is its input exactly (in place) or shares nothing with any
+    // tensor; outputs never share with each other.
+    struct Pair {
+        int out, other;
+    };
+    const Pair pairs[] = {{2, 0}, {2, 1}, {3, 1}, {3, 0}, {2, 3}};
+    for (const Pair &pair : pairs) {
+        const bool uses_k = pair.out == 3 || pair.other == 1 || pair.other == 3;
+        if (uses_k && !call->has_k) {
+            continue;
+        }
+        const rope_tensor &out = *tensors[pair.out], &other = *tensors[pair.other];
+        const bool own_input = pair.other == pair.out - 2;
+        if ((own_input && same_view(out, other)) || disjoint(out, other)) {
+            continue;
+        }
+        f.fail(ROPE_ERR_OVERLAP) << kTensorNames[pair.out] << " partially overlaps " << kTensorNames[pair.other]
+                                 << (own_input ? "; an output must be exactly its input (same data, sizes, strides) or disjoint from it (spec §4)"
+                                               : "; they must not share any element (spec §4)");
+        return f.finish();
+    }
+    return f.finish();
+}
+
+}  // namespace ropegen

@@ -37,7 +37,7 @@ HEAD_DIMS = (64, 128, 256, 0)  # 0: any even head_dim
 LAYOUTS = ("bshd", "bhsd", "sbhd", "strided")
 MATCH_KEYS = {"style": STYLES, "head_dim": HEAD_DIMS, "dtype": tuple(DTYPES), "source": SOURCES}
 HEAD_LOOPS = ("inside_tokens", "outside_tokens")
-COS_SIN_AT = ("task", "inline")
+COS_SIN_AT = ("task", "inline", "root")
 
 
 class ScheduleError(Exception):

@@ -20,7 +20,6 @@ using namespace Halide;
 
 enum class Style { Half, Interleaved };
 enum class Source { Cache, Compat, Precise };
-enum class CosSinAt { Task, Inline };
 
 const std::map<std::string, HeadLoop> kHeadLoopNames = {{"inside_tokens", HeadLoop::InsideTokens},
                                                         {"outside_tokens", HeadLoop::OutsideTokens}};
@@ -49,7 +48,7 @@ public:
     // Schedule parameters (schedules/*.json).
     GeneratorParam<int> vector_pairs{"vector_pairs", 8, 1, 64};
     GeneratorParam<int> unroll_pairs{"unroll_pairs", 1, 1, 16};
-    GeneratorParam<CosSinAt> cos_sin_at{"cos_sin_at", CosSinAt::Task, {{"task", CosSinAt::Task}, {"inline", CosSinAt::Inline}}};
+    GeneratorParam<CosSinAt> cos_sin_at{"cos_sin_at", CosSinAt::Task, {{"task", CosSinAt::Task}, {"inline", CosSinAt::Inline}, {"root", CosSinAt::Root}}};
     LayoutParams bshd{"bshd", HeadLoop::InsideTokens};
     LayoutParams bhsd{"bhsd", HeadLoop::OutsideTokens};
     LayoutParams sbhd{"sbhd", HeadLoop::InsideTokens};
@@ -83,6 +82,7 @@ public:
         } else if (source == Source::Precise) {
             inv_freq_(v.pair) = precise_inv_freq(v.pair, *base_, 2 * (*rotary_pairs_));
         }
+        define_cos_sin();
         tensors_.push_back(rotate_tensor("q", *q_, outputs_[0]));
         tensors_.push_back(rotate_tensor("k", *k_, outputs_[1]));
     }
@@ -91,8 +91,10 @@ public:
         if (inv_freq_.defined()) {
             inv_freq_.compute_root();
         }
-        const RopeSchedule knobs{vector_pairs, unroll_pairs, cos_sin_at == CosSinAt::Task || source != Source::Cache,
-                                 bshd.value(), bhsd.value(), sbhd.value(), strided.value()};
+        // Computed angles are never inlined: that would evaluate sin/cos once per head.
+        const CosSinAt angles_at = source != Source::Cache && cos_sin_at == CosSinAt::Inline ? CosSinAt::Task : cos_sin_at;
+        const RopeSchedule knobs{vector_pairs, unroll_pairs, angles_at, bshd.value(), bhsd.value(), sbhd.value(), strided.value()};
+        schedule_shared_cos_sin(cos_sin_, knobs);
         for (RotatedTensorFuncs &funcs : tensors_) {
             apply_schedule(funcs, knobs, head_dim / 2, *rotary_pairs_);
         }
@@ -113,15 +115,15 @@ private:
     };
 
     // cos and sin of every (pair, token), with the inverse direction's sign folded into sin.
-    Func cos_sin(const std::string &name) {
+    void define_cos_sin() {
         const RopeVars v;
-        Func cs(name);
+        Func &cs = cos_sin_;
         const Expr position = position_(v.seq, v.batch);
         if (source == Source::Cache) {
             // Rows are validated against cache_len before any kernel runs (spec §5).
             const Expr row = unsafe_promise_clamped(position, 0, cos_table_->dim(1).extent() - 1);
             cs(v.pair, v.seq, v.batch) = {(*cos_table_)(v.pair, row), (*sin_table_)(v.pair, row) * (*sin_sign_)};
-            return cs;
+            return;
         }
         // compat: the f32 angle transformers computes; precise: the angle in f64.
         const Expr angle = source == Source::Compat ? cast<double>(cast<float>(position) * inv_freq_(v.pair))
@@ -129,12 +131,10 @@ private:
         const auto [sin_value, cos_value] = sin_cos(angle);
         cs(v.pair, v.seq, v.batch) = {cast<float>(cos_value) * (*attn_factor_),
                                       cast<float>(sin_value) * ((*attn_factor_) * (*sin_sign_))};
-        return cs;
     }
 
     RotatedTensorFuncs rotate_tensor(const std::string &name, const GeneratorInput<Buffer<>> &x, const TensorOutputs &out) {
         const RopeVars v;
-        Func cs = cos_sin(name + "_cos_sin");
 
         // spec §2: the pair's two lanes, relative to the rotary offset.
         const Expr pairs = *rotary_pairs_, offset = *rotary_offset_;
@@ -144,6 +144,8 @@ private:
         const Expr x_b = cast<float>(x(lane_b, v.head, v.seq, v.batch));
 
         Func rotated_pairs(name + "_rotated_pairs");
+        // Each tensor reads cos/sin through its own wrapper, which the schedule may place per task.
+        Func cs = cos_sin_.in(rotated_pairs);
         rotated_pairs(v.pair, v.head, v.seq, v.batch) =
             rotate_pair(x_a, x_b, cs(v.pair, v.seq, v.batch)[0], cs(v.pair, v.seq, v.batch)[1]);
 
@@ -167,7 +169,7 @@ private:
     GeneratorInput<double> *base_ = nullptr;
     GeneratorInput<float> *attn_factor_ = nullptr, *sin_sign_ = nullptr;
     std::vector<TensorOutputs> outputs_;
-    Func position_{"position"}, inv_freq_{"inv_freq"};
+    Func position_{"position"}, inv_freq_{"inv_freq"}, cos_sin_{"cos_sin"};
     std::vector<RotatedTensorFuncs> tensors_;
 };
 

@@ -34,6 +34,19 @@ void schedule_tokens(Stage stage, const LayoutSchedule &layout, bool batch_inner
 
 }  // namespace
 
+void schedule_shared_cos_sin(Halide::Func cos_sin, const RopeSchedule &schedule) {
+    if (schedule.cos_sin_at != CosSinAt::Root) {
+        return;
+    }
+    const RopeVars v;
+    const Var tokens{"tokens"}, token_tile{"token_tile"};
+    cos_sin.compute_root()
+        .vectorize(v.pair, schedule.vector_pairs, kTail)
+        .fuse(v.seq, v.batch, tokens)
+        .split(tokens, token_tile, tokens, schedule.strided.tokens_per_task, kTail)
+        .parallel(token_tile);
+}
+
 void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, int constant_pairs, const Expr &rotary_pairs) {
     const RopeVars v;
     const Var pair_block{"pair_block"}, pair_vector{"pair_vector"}, pair_lane{"pair_lane"};
@@ -53,7 +66,7 @@ void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, int
         .split(v.pair, pair_vector, pair_lane, lanes, kTail)
         .vectorize(pair_lane)
         .unroll(pair_vector);
-    if (schedule.cos_sin_per_task) {
+    if (schedule.cos_sin_at == CosSinAt::Task) {
         funcs.cos_sin.compute_at(out, task).vectorize(v.pair, lanes, kTail);
     }
 

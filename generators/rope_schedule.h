@@ -17,6 +17,10 @@ struct RopeVars {
     Halide::Var batch{"batch"};
 };
 
+/// Where cos/sin are evaluated: per parallel task (a table of the task's tokens, one per tensor),
+/// inline where used, or once per call for q and k together (a table of every token).
+enum class CosSinAt { Task, Inline, Root };
+
 /// Where a tensor layout's loop nest puts the head loop relative to the inner token loop.
 enum class HeadLoop { InsideTokens, OutsideTokens };
 
@@ -30,7 +34,7 @@ struct LayoutSchedule {
 struct RopeSchedule {
     int vector_pairs;       ///< rotation pairs per vector (the vector width in f32 lanes)
     int unroll_pairs;       ///< pair vectors unrolled per loop iteration
-    bool cos_sin_per_task;  ///< build a cos/sin table per task (else read them where used)
+    CosSinAt cos_sin_at;
     LayoutSchedule bshd, bhsd, sbhd, strided;
 };
 
@@ -38,10 +42,14 @@ struct RopeSchedule {
 struct RotatedTensorFuncs {
     Halide::Func rotated;            ///< output: the rotary lanes as (pair, half, h, s, b) or (half, pair, ...)
     Halide::Func rotated_pairs;      ///< both rotated lanes of a pair, before they are stored
-    Halide::Func cos_sin;            ///< per (pair, token) cos and sin
+    Halide::Func cos_sin;            ///< per (pair, token) cos and sin, as this tensor reads them
     Halide::Func lead, tail;         ///< outputs: lanes before and after the rotary slice, copied
     Halide::OutputImageParam output; ///< the rotated output's buffer, whose strides pick the layout
 };
+
+/// Schedules the cos/sin Func that q and k share (the Root placement); other placements are
+/// scheduled per tensor by apply_schedule.
+void schedule_shared_cos_sin(Halide::Func cos_sin, const RopeSchedule &schedule);
 
 /// Applies `schedule` to one tensor's Funcs. `constant_pairs` > 0 adds a specialization for that many rotation pairs (fixed head_dim kernels).
 void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, int constant_pairs, const Halide::Expr &rotary_pairs);

@@ -32,6 +32,11 @@ void report_halide_error(void *user_context, const char *message) {
     }
 }
 
+// The runtime prints only for debugging features the kernels are not built with; drop anything
+// it would print all the same, since the library never writes to the caller's stdout/stderr.
+void ignore_halide_print(void *, const char *) {
+}
+
 // A parallel loop spread over exactly `workers` tasks of the library's pool: task w runs the
 // iterations w, w + workers, ...
 struct StridedLoop {
@@ -100,6 +105,7 @@ void ensure_initialized() {
     static std::once_flag once;
     std::call_once(once, [] {
         halide_set_error_handler(report_halide_error);
+        halide_set_custom_print(ignore_halide_print);
         halide_set_custom_do_par_for(do_par_for);
         init_isa_cap_from_environment();
         if (const char *threads = std::getenv("ROPE_NUM_THREADS")) {

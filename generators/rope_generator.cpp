@@ -89,7 +89,7 @@ public:
 
     void schedule() {
         if (inv_freq_.defined()) {
-            inv_freq_.compute_root();
+            inv_freq_.compute_root().vectorize(RopeVars().pair, vector_pairs, TailStrategy::GuardWithIf);
         }
         // Computed angles are never inlined: that would evaluate sin/cos once per head.
         const CosSinAt angles_at = source != Source::Cache && cos_sin_at == CosSinAt::Inline ? CosSinAt::Task : cos_sin_at;
@@ -99,11 +99,13 @@ public:
             apply_schedule(funcs, knobs, head_dim / 2, *rotary_pairs_);
         }
         positions_->dim(0).set_stride(Expr());  // int64 tables (stride 2) and offsets (stride 0)
+        // The pair axis spans exactly rotary_pairs, so the fixed head_dim specialization
+        // (rotary_pairs == head_dim / 2) gives loops of constant trip count.
+        const int pair_dim = style == Style::Half ? 0 : 1, half_dim = 1 - pair_dim;
         for (const TensorOutputs &out : outputs_) {
-            if (style == Style::Half) {
-                out.rotated->dim(1).set_bounds(0, 2);
-            } else {
-                out.rotated->dim(0).set_bounds(0, 2);
+            out.rotated->dim(pair_dim).set_bounds(0, *rotary_pairs_);
+            out.rotated->dim(half_dim).set_bounds(0, 2);
+            if (style == Style::Interleaved) {
                 out.rotated->dim(1).set_stride(2);  // pairs are two lanes apart
             }
         }

@@ -15,15 +15,41 @@ Expr f64(double value) {
 }
 }  // namespace
 
+namespace {
+
+// 2^x in f64 for |x| < 1000, vectorizable: 2^round(x) from the exponent bits times a Taylor
+// series of 2^f = e^(f ln 2) on |f| <= 1/2 (first omitted term below 2^-57).
+Expr exp2_f64(const Expr &x) {
+    constexpr double kLn2 = 0x1.62e42fefa39efp-1;
+    Expr n = Halide::round(x);
+    Expr t = (x - n) * f64(kLn2);
+    Expr sum = f64(1.0), term = f64(1.0);
+    for (int k = 1; k <= 14; k++) {
+        term = term * t / f64(k);
+        sum = sum + term;
+    }
+    Expr scale = Halide::reinterpret<double>((cast<int64_t>(n) + 1023) << 52);
+    return sum * scale;
+}
+
+// base^exponent for base > 1 as 2^(exponent * log2(base)): log2(base) is one scalar per call,
+// the rest is vector arithmetic (a libm pow per pair costs more than the whole decode step).
+Expr power_f64(const Expr &base, const Expr &exponent) {
+    constexpr double kInvLn2 = 0x1.71547652b82fep+0;
+    return exp2_f64(exponent * (Halide::log(base) * f64(kInvLn2)));
+}
+
+}  // namespace
+
 Expr compat_inv_freq(const Expr &pair, const Expr &base, const Expr &rotary_dim) {
     Expr exponent = cast<float>(2 * pair) / cast<float>(rotary_dim);
-    Expr power = cast<float>(Halide::pow(cast<double>(cast<float>(base)), cast<double>(exponent)));
+    Expr power = cast<float>(power_f64(cast<double>(cast<float>(base)), cast<double>(exponent)));
     return 1.0f / power;
 }
 
 Expr precise_inv_freq(const Expr &pair, const Expr &base, const Expr &rotary_dim) {
     Expr exponent = cast<double>(2 * pair) / cast<double>(rotary_dim);
-    return f64(1.0) / Halide::pow(cast<double>(base), exponent);
+    return f64(1.0) / power_f64(cast<double>(base), exponent);
 }
 
 std::pair<Expr, Expr> sin_cos(const Expr &angle) {

@@ -9,8 +9,8 @@
 namespace ropegen {
 
 /// inv_freq[i] = base^(-2i/R) the way transformers computes it in float32 (spec §5 `compat`):
-/// f32(1 / f32(powf(base, f32(2i)/R))). powf is evaluated in f64 and rounded once, which is the
-/// correctly rounded powf that a good libm returns.
+/// f32(1 / f32(powf(base, f32(2i)/R))). powf is evaluated in f64 (to ~2^-48) and rounded once,
+/// as a good libm's powf rounds.
 Halide::Expr compat_inv_freq(const Halide::Expr &pair, const Halide::Expr &base, const Halide::Expr &rotary_dim);
 
 /// inv_freq[i] = base^(-2i/R) in f64 (spec §5 `precise`).

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 namespace ropegen {
@@ -14,19 +15,20 @@ namespace {
 
 constexpr int64_t kMaxPosition = std::numeric_limits<int32_t>::max();  // kernels index with int32
 
-// Accumulates a message; `fail(status) << ...` reads like the rule it reports.
+// Accumulates a message; `fail(status) << ...` reads like the rule it reports. The stream is
+// built only on failure: a valid call (the hot path) pays nothing for it.
 class Failure {
 public:
     explicit Failure(std::string *message) : message_(message) {
     }
     std::ostringstream &fail(rope_status status) {
         status_ = status;
-        stream_.str("");
-        return stream_;
+        stream_.emplace();
+        return *stream_;
     }
     rope_status finish() {
         if (status_ != ROPE_OK) {
-            *message_ = stream_.str();
+            *message_ = stream_->str();
         }
         return status_;
     }
@@ -36,7 +38,7 @@ public:
 
 private:
     std::string *message_;
-    std::ostringstream stream_;
+    std::optional<std::ostringstream> stream_;
     rope_status status_ = ROPE_OK;
 };
 

@@ -157,7 +157,12 @@ private:
         const std::vector<Var> rotated_args = style == Style::Half
                                                   ? std::vector<Var>{v.pair, v.half, v.head, v.seq, v.batch}
                                                   : std::vector<Var>{v.half, v.pair, v.head, v.seq, v.batch};
-        (*out.rotated)(rotated_args) = cast(dtype, value);
+        Expr stored = cast(dtype, value);
+        if (dtype == Float(16) && !get_target().has_feature(Target::F16C)) {
+            // Halide's software f32 -> f16 conversion (targets without F16C) turns NaN into Inf.
+            stored = select(is_nan(value), reinterpret(dtype, cast<uint16_t>(0x7e00)), stored);
+        }
+        (*out.rotated)(rotated_args) = stored;
         (*out.lead)(v.lane, v.head, v.seq, v.batch) = x(v.lane, v.head, v.seq, v.batch);
         (*out.tail)(v.lane, v.head, v.seq, v.batch) = x(v.lane, v.head, v.seq, v.batch);
 

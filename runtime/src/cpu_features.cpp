@@ -91,10 +91,12 @@ rope_isa usable_isa() {
 
 extern "C" rope_status rope_set_max_isa(rope_isa isa) {
     ropegen::ensure_initialized();
-    if (isa < ROPE_ISA_NONE || isa > ROPE_ISA_AVX512) {
+    int32_t value;  // read as an int: a C caller may pass any value
+    std::memcpy(&value, &isa, sizeof(value));
+    if (value < ROPE_ISA_NONE || value > ROPE_ISA_AVX512) {
         return ROPE_ERR_BAD_ENUM;
     }
-    ropegen::g_isa_cap.store(isa);
+    ropegen::g_isa_cap.store(value);
     return ROPE_OK;
 }
 

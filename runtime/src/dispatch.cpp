@@ -227,6 +227,12 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, rope_report *r
                     &context, &q.input.raw, &k.input.raw, &positions.raw, position_step, &cos_table.raw, &sin_table.raw,
                     call.base, call.attn_factor, sin_sign, call.rotary_offset, static_cast<int32_t>(pairs), &q.rotated.raw,
                     &q.lead.raw, &q.tail.raw, &k.rotated.raw, &k.lead.raw, &k.tail.raw);
+                if (result == 0 && context.parallel_error != 0) {
+                    return finish(report, ROPE_ERR_INTERNAL,
+                                  "a parallel loop of kernel " + std::string(kernel.name) + " failed with " +
+                                      std::to_string(context.parallel_error) +
+                                      " (returned by the engine's parallel runner or a task); outputs may be partly written");
+                }
                 if (result != 0) {
                     std::string message = "kernel " + std::string(kernel.name) + " failed with Halide error " +
                                           std::to_string(result);
@@ -294,7 +300,9 @@ extern "C" rope_status rope_query(const rope_params *params, rope_report *report
 }
 
 extern "C" const char *rope_status_string(rope_status status) {
-    switch (status) {
+    int32_t value;  // read as an int: a C caller may pass any value
+    std::memcpy(&value, &status, sizeof(value));
+    switch (value) {
     case ROPE_OK: return "ROPE_OK: success";
     case ROPE_ERR_NULL_POINTER: return "ROPE_ERR_NULL_POINTER: a required pointer is NULL";
     case ROPE_ERR_BAD_ENUM: return "ROPE_ERR_BAD_ENUM: an enum field holds an unknown value";

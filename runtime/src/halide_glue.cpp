@@ -68,8 +68,8 @@ int run_engine_task(void *task_context, int index) {
     return loop->task(loop->user_context, loop->min + index, loop->closure);
 }
 
-int do_par_for(void *user_context, halide_task_t task, int min, int extent, uint8_t *closure) {
-    const auto *call = static_cast<const CallContext *>(user_context);
+int run_par_for(const CallContext *call, void *user_context, halide_task_t task, int min, int extent,
+                uint8_t *closure) {
     const int threads = call != nullptr ? call->num_threads : 0;
     if (threads == 1 || extent <= 1) {
         for (int i = 0; i < extent; i++) {
@@ -88,6 +88,17 @@ int do_par_for(void *user_context, halide_task_t task, int min, int extent, uint
     }
     StridedLoop loop{task, min, extent, threads, closure};
     return halide_default_do_par_for(user_context, run_strided, 0, threads, reinterpret_cast<uint8_t *>(&loop));
+}
+
+// Parallel loops start on the calling thread, so recording the first failure in the call's
+// context needs no synchronisation; the dispatcher reports it after the kernel returns.
+int do_par_for(void *user_context, halide_task_t task, int min, int extent, uint8_t *closure) {
+    auto *call = static_cast<CallContext *>(user_context);
+    const int result = run_par_for(call, user_context, task, min, extent, closure);
+    if (result != 0 && call != nullptr && call->parallel_error == 0) {
+        call->parallel_error = result;
+    }
+    return result;
 }
 
 }  // namespace

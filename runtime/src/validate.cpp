@@ -3,6 +3,7 @@
 // sections; each failure names the argument, the value and the rule.
 #include "internal/validate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -42,6 +43,16 @@ private:
     rope_status status_ = ROPE_OK;
 };
 
+// A C caller may store any int in an enum field; C++ may not load an enum outside its
+// enumerators' range, so fields are read as the int they are.
+template <typename Enum>
+int32_t enum_value(const Enum &field) {
+    static_assert(sizeof(Enum) == sizeof(int32_t), "C enums are int-sized");
+    int32_t value;
+    std::memcpy(&value, &field, sizeof(value));
+    return value;
+}
+
 size_t dtype_size(rope_dtype dtype) {
     return dtype == ROPE_DTYPE_F32 ? 4 : 2;
 }
@@ -73,35 +84,82 @@ bool same_view(const rope_tensor &a, const rope_tensor &b) {
            std::memcmp(a.strides, b.strides, sizeof(a.strides)) == 0;
 }
 
-// True when two views share no element. Views into one token-major buffer (packed QKV: same
-// batch and seq strides, heads side by side) are disjoint when their per-token head ranges are;
-// anything else is judged by its byte range.
+int64_t floor_div(int64_t a, int64_t b) {  // b > 0
+    return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+// True when some db*sb + ds*ss with |db| < nb and |ds| < ns lies in the open interval (lo, hi).
+// Walks the shorter axis and solves for the other; an axis of size 1 contributes only 0.
+bool token_difference_in(int64_t sb, int64_t nb, int64_t ss, int64_t ns, int64_t lo, int64_t hi) {
+    if (nb > ns) {
+        std::swap(sb, ss);
+        std::swap(nb, ns);
+    }
+    for (int64_t db = -(nb - 1); db <= nb - 1; db++) {
+        const int64_t base = db * sb;
+        if (ns == 1) {
+            if (lo < base && base < hi) {
+                return true;
+            }
+            continue;
+        }
+        // ss > 0 here: the smallest ds whose offset is above lo, clamped into range.
+        const int64_t ds = std::max(floor_div(lo - base, ss) + 1, -(ns - 1));
+        if (ds <= ns - 1 && base + ds * ss < hi) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// True when two views share no element. Views with the same batch and seq strides (views into
+// one buffer: packed QKV, a KV cache) are compared exactly on their token lattice, each token's
+// heads taken as one contiguous span; any other pair is judged by its byte range.
 bool disjoint(const rope_tensor &a, const rope_tensor &b) {
     const ByteRange ra = byte_range(a), rb = byte_range(b);
     if (ra.empty || rb.empty || ra.last < rb.first || rb.last < ra.first) {
         return true;
     }
-    if (a.strides[0] != b.strides[0] || a.strides[1] != b.strides[1] || a.dtype != b.dtype) {
+    const int64_t element = static_cast<int64_t>(dtype_size(a.dtype));
+    const intptr_t byte_delta = reinterpret_cast<intptr_t>(b.data) - reinterpret_cast<intptr_t>(a.data);
+    const bool same_tokens = a.sizes[0] == b.sizes[0] && a.sizes[1] == b.sizes[1] &&
+                             (a.sizes[0] == 1 || a.strides[0] == b.strides[0]) && (a.sizes[1] == 1 || a.strides[1] == b.strides[1]);
+    const bool repeated_tokens = (a.sizes[0] > 1 && a.strides[0] == 0) || (a.sizes[1] > 1 && a.strides[1] == 0);
+    if (a.dtype != b.dtype || !same_tokens || repeated_tokens || byte_delta % element != 0) {
         return false;
     }
-    const int64_t token_stride = a.sizes[1] > 1 ? a.strides[1] : a.strides[0];
     auto token_span = [](const rope_tensor &t) { return (t.sizes[2] - 1) * t.strides[2] + t.sizes[3]; };
-    const int64_t delta = (reinterpret_cast<intptr_t>(b.data) - reinterpret_cast<intptr_t>(a.data)) /
-                          static_cast<intptr_t>(dtype_size(a.dtype));
-    if (token_stride <= 0 || token_span(a) > token_stride || token_span(b) > token_stride) {
-        return false;
+    const int64_t delta = byte_delta / element;
+    // Overlap needs tokens ta, tb and offsets x in [0, span_a), y in [0, span_b) with
+    // ta + x = tb + delta + y, i.e. ta - tb in (delta - span_a, delta + span_b).
+    return !token_difference_in(a.strides[0], a.sizes[0], a.strides[1], a.sizes[1], delta - token_span(a),
+                                delta + token_span(b));
+}
+
+// True when no two elements of `t` share an address (an output must not, or it would be written
+// twice): with the axes sorted by stride, each stride clears everything inside it.
+bool self_disjoint(const rope_tensor &t) {
+    int order[4] = {0, 1, 2, 3};
+    std::sort(order, order + 4, [&](int x, int y) { return t.strides[x] < t.strides[y]; });
+    int64_t span = 0;
+    for (int axis : order) {
+        if (t.sizes[axis] <= 1) {
+            continue;
+        }
+        if (t.strides[axis] <= span) {
+            return false;
+        }
+        span += (t.sizes[axis] - 1) * t.strides[axis];
     }
-    // Offsets of b's token footprint relative to a's, reduced to one token period.
-    const int64_t start = ((delta % token_stride) + token_stride) % token_stride;
-    return start >= token_span(a) && start + token_span(b) <= token_stride;
+    return true;
 }
 
 const char *const kTensorNames[] = {"q", "k", "q_out", "k_out"};
 const char *const kAxisNames[] = {"batch", "seq", "heads", "head_dim"};
 
 void check_tensor(Failure &f, const char *name, const rope_tensor &t) {
-    if (t.dtype < ROPE_DTYPE_F32 || t.dtype > ROPE_DTYPE_BF16) {
-        f.fail(ROPE_ERR_BAD_ENUM) << name << ".dtype=" << t.dtype << " is not a rope_dtype (0 f32, 1 f16, 2 bf16)";
+    if (enum_value(t.dtype) < ROPE_DTYPE_F32 || enum_value(t.dtype) > ROPE_DTYPE_BF16) {
+        f.fail(ROPE_ERR_BAD_ENUM) << name << ".dtype=" << enum_value(t.dtype) << " is not a rope_dtype (0 f32, 1 f16, 2 bf16)";
         return;
     }
     int64_t elements = 1, span = 0;
@@ -139,12 +197,12 @@ void check_tensor(Failure &f, const char *name, const rope_tensor &t) {
 // Positions must lie in [0, limit) (spec §5); reads each table entry once.
 void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64_t seq, int64_t limit,
                      const char *limit_rule) {
-    if (pos.kind != ROPE_POSITIONS_OFFSET && pos.kind != ROPE_POSITIONS_TABLE) {
-        f.fail(ROPE_ERR_BAD_ENUM) << "positions.kind=" << pos.kind << " is not a rope_positions_kind (0 offset, 1 table)";
+    if (enum_value(pos.kind) != ROPE_POSITIONS_OFFSET && enum_value(pos.kind) != ROPE_POSITIONS_TABLE) {
+        f.fail(ROPE_ERR_BAD_ENUM) << "positions.kind=" << enum_value(pos.kind) << " is not a rope_positions_kind (0 offset, 1 table)";
         return;
     }
-    if (pos.index_type != ROPE_INDEX_INT32 && pos.index_type != ROPE_INDEX_INT64) {
-        f.fail(ROPE_ERR_BAD_ENUM) << "positions.index_type=" << pos.index_type
+    if (enum_value(pos.index_type) != ROPE_INDEX_INT32 && enum_value(pos.index_type) != ROPE_INDEX_INT64) {
+        f.fail(ROPE_ERR_BAD_ENUM) << "positions.index_type=" << enum_value(pos.index_type)
                                   << " is not a rope_index_type (0 int32, 1 int64)";
         return;
     }
@@ -227,16 +285,16 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
     std::memcpy(&call->params, user, user->struct_size);
     const rope_params &p = call->params;
 
-    if (p.style != ROPE_STYLE_HALF && p.style != ROPE_STYLE_INTERLEAVED) {
-        f.fail(ROPE_ERR_BAD_ENUM) << "style=" << p.style << " is not a rope_style (0 half, 1 interleaved)";
+    if (enum_value(p.style) != ROPE_STYLE_HALF && enum_value(p.style) != ROPE_STYLE_INTERLEAVED) {
+        f.fail(ROPE_ERR_BAD_ENUM) << "style=" << enum_value(p.style) << " is not a rope_style (0 half, 1 interleaved)";
         return f.finish();
     }
-    if (p.direction != ROPE_FORWARD && p.direction != ROPE_INVERSE) {
-        f.fail(ROPE_ERR_BAD_ENUM) << "direction=" << p.direction << " is not a rope_direction (0 forward, 1 inverse)";
+    if (enum_value(p.direction) != ROPE_FORWARD && enum_value(p.direction) != ROPE_INVERSE) {
+        f.fail(ROPE_ERR_BAD_ENUM) << "direction=" << enum_value(p.direction) << " is not a rope_direction (0 forward, 1 inverse)";
         return f.finish();
     }
-    if (p.angles.source < ROPE_SOURCE_CACHE || p.angles.source > ROPE_SOURCE_PRECISE) {
-        f.fail(ROPE_ERR_BAD_ENUM) << "angles.source=" << p.angles.source << " is not a rope_source (0 cache, 1 compat, 2 precise)";
+    if (enum_value(p.angles.source) < ROPE_SOURCE_CACHE || enum_value(p.angles.source) > ROPE_SOURCE_PRECISE) {
+        f.fail(ROPE_ERR_BAD_ENUM) << "angles.source=" << enum_value(p.angles.source) << " is not a rope_source (0 cache, 1 compat, 2 precise)";
         return f.finish();
     }
 
@@ -258,8 +316,8 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
             return f.finish();
         }
         if (tensors[i]->dtype != p.q.dtype) {
-            f.fail(ROPE_ERR_DTYPE_MISMATCH) << kTensorNames[i] << ".dtype=" << tensors[i]->dtype << " differs from q.dtype="
-                                            << p.q.dtype << "; q, k and the outputs share one dtype (spec §4)";
+            f.fail(ROPE_ERR_DTYPE_MISMATCH) << kTensorNames[i] << ".dtype=" << enum_value(tensors[i]->dtype) << " differs from q.dtype="
+                                            << enum_value(p.q.dtype) << "; q, k and the outputs share one dtype (spec §4)";
             return f.finish();
         }
     }
@@ -360,8 +418,17 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
         return f.finish();
     }
 
-    // Aliasing (spec §4): an output is its input exactly (in place) or shares nothing with any
-    // tensor; outputs never share with each other.
+    // Aliasing (spec §4): an output writes each element once, is its input exactly (in place)
+    // or shares nothing with any tensor, and never shares with the other output.
+    for (int i = 2; i < 4; i++) {
+        if ((i == 3 && !call->has_k) || self_disjoint(*tensors[i])) {
+            continue;
+        }
+        f.fail(ROPE_ERR_OVERLAP) << kTensorNames[i] << " overlaps itself: its strides [" << tensors[i]->strides[0] << ", "
+                                 << tensors[i]->strides[1] << ", " << tensors[i]->strides[2] << ", " << tensors[i]->strides[3]
+                                 << "] map two elements to one address; an output must write each element once";
+        return f.finish();
+    }
     struct Pair {
         int out, other;
     };

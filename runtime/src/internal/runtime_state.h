@@ -11,8 +11,10 @@ namespace ropegen {
 
 /// Everything one call carries into the Halide runtime hooks (passed as user_context).
 struct CallContext {
-    rope_report *report;  ///< may be null
-    int num_threads;      ///< 0: the library's pool as configured; 1: the calling thread
+    rope_report *report;     ///< may be null
+    int num_threads;         ///< 0: the library's pool as configured; 1: the calling thread
+    int parallel_error = 0;  ///< first non-zero result of a parallel loop (kernels built without
+                             ///< asserts do not check it themselves)
 };
 
 /// Initialises the runtime once (thread-safe): CPU detection, ROPE_MAX_ISA, ROPE_NUM_THREADS,

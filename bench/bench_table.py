@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Turns rope_bench's Google Benchmark JSON into Markdown tables and updates bench/README.md.
+
+    ./build/bench/rope_bench --benchmark_format=json --benchmark_out=results.json ...
+    bench/bench_table.py results.json                 # prints, and rewrites the README section
+    bench/bench_table.py results.json --no-readme     # prints only
+
+Benchmark names are "kind/key:value/..." (kind: rope, memcpy, scalar, call); the ratios pair a
+rope row with the memcpy and scalar rows of the same shape, dtype (style) and thread count.
+With --benchmark_repetitions the "median" aggregate is used. Python standard library only.
+"""
+import argparse
+import datetime
+import json
+import pathlib
+import statistics
+import sys
+
+BEGIN = "<!-- bench_table.py: begin results (generated; edits here are overwritten) -->"
+END = "<!-- bench_table.py: end results -->"
+UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+CASE_KEYS = ("shape", "dtype", "style", "source", "threads")
+
+
+def parse_name(name):
+    parts = name.split("/")
+    return parts[0], dict(part.split(":", 1) for part in parts[1:] if ":" in part)
+
+
+def load_runs(doc):
+    """One dict per benchmark: kind, its name's keys, seconds, gbps, label (or error)."""
+    groups = {}
+    for entry in doc.get("benchmarks", []):
+        groups.setdefault(entry.get("run_name", entry["name"]), []).append(entry)
+    runs = []
+    for run_name, entries in groups.items():
+        kind, keys = parse_name(run_name)
+        run = {"kind": kind, "name": run_name, **keys}
+        errors = [e for e in entries if e.get("error_occurred")]
+        if errors:
+            run["error"] = errors[0].get("error_message", "")
+            runs.append(run)
+            continue
+        chosen = [e for e in entries if e.get("run_type") == "aggregate" and e.get("aggregate_name") == "median"]
+        chosen = chosen or [e for e in entries if e.get("run_type", "iteration") == "iteration"]
+        if not chosen:
+            continue
+
+        def median_of(field):
+            values = [e[field] for e in chosen if field in e]
+            return statistics.median(values) if values else None
+
+        run["seconds"] = statistics.median(e["real_time"] * UNIT_SECONDS[e.get("time_unit", "ns")] for e in chosen)
+        bytes_per_second = median_of("bytes_per_second")
+        run["gbps"] = bytes_per_second / 1e9 if bytes_per_second else None
+        run["memcpy_ratio_counter"] = median_of("memcpy_ratio")
+        run["label"] = chosen[0].get("label", "")
+        runs.append(run)
+    return runs
+
+
+def case_text(run, skip=()):
+    parts = [run.get(key) for key in CASE_KEYS if key not in skip and run.get(key)]
+    if "threads" not in skip and run.get("threads"):
+        parts[-1] = f"t{run['threads']}"
+    return " ".join(parts)
+
+
+def fmt_time(seconds):
+    if seconds is None:
+        return "-"
+    if seconds < 1e-6:
+        return f"{seconds * 1e9:.0f} ns"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.2f} µs"
+    return f"{seconds * 1e3:.3f} ms"
+
+
+def fmt(value, digits=2):
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+class Results:
+    def __init__(self, runs):
+        self.runs = [r for r in runs if "error" not in r]
+        self.errors = [r for r in runs if "error" in r]
+        self.index = {(r["kind"],) + tuple(r.get(k) for k in CASE_KEYS): r for r in self.runs}
+
+    def of_kind(self, kind):
+        return [r for r in self.runs if r["kind"] == kind]
+
+    def find(self, kind, run, **override):
+        fields = {k: run.get(k) for k in CASE_KEYS}
+        fields.update(override)
+        return self.index.get((kind,) + tuple(fields[k] for k in CASE_KEYS))
+
+    def memcpy_seconds(self, run):
+        baseline = self.find("memcpy", run, style=None, source=None)
+        if baseline:
+            return baseline["seconds"]
+        ratio = run.get("memcpy_ratio_counter")  # the in-process measurement, when no memcpy row ran
+        return ratio * run["seconds"] if ratio else None
+
+    def scalar_seconds(self, run):
+        baseline = self.find("scalar", run, source=None)
+        return baseline["seconds"] if baseline else None
+
+
+def ratio(numerator, denominator):
+    return numerator / denominator if numerator and denominator else None
+
+
+def rope_table(results):
+    lines = ["| shape | dtype | style | source | threads | kernel | time | GB/s | vs memcpy | vs scalar |",
+             "|---|---|---|---|---|---|---:|---:|---:|---:|"]
+    for run in results.of_kind("rope"):
+        vs_memcpy = ratio(results.memcpy_seconds(run), run["seconds"])
+        vs_scalar = ratio(results.scalar_seconds(run), run["seconds"])
+        lines.append(f"| {run['shape']} | {run['dtype']} | {run['style']} | {run['source']} | {run['threads']} "
+                     f"| `{run['label']}` | {fmt_time(run['seconds'])} | {fmt(run['gbps'], 1)} "
+                     f"| {fmt(vs_memcpy)} | {fmt(vs_scalar)} |")
+    return lines
+
+
+def baseline_table(results):
+    lines = ["| baseline | shape | dtype | style | threads | time | GB/s | vs memcpy |",
+             "|---|---|---|---|---|---:|---:|---:|"]
+    for run in results.of_kind("memcpy") + results.of_kind("scalar"):
+        vs_memcpy = ratio(results.memcpy_seconds(run), run["seconds"])
+        lines.append(f"| {run['kind']} | {run['shape']} | {run['dtype']} | {run.get('style') or '-'} "
+                     f"| {run['threads']} | {fmt_time(run['seconds'])} | {fmt(run['gbps'], 1)} | {fmt(vs_memcpy)} |")
+    return lines
+
+
+def call_table(results):
+    lines = ["| call (1 token, 1 head, head_dim 64, f32, 1 thread) | kernel | ns per call |", "|---|---|---:|"]
+    for run in results.of_kind("call"):
+        lines.append(f"| {run.get('call')} | `{run['label']}` | {run['seconds'] * 1e9:.0f} |")
+    return lines
+
+
+# ---- Acceptance targets (measured, never asserted by the benchmark) ---------------------------
+
+def paired(results, field, a, b):
+    """(run_a, run_b) for rope rows equal in every key but `field`, which is `a` and `b`."""
+    for run_a in results.of_kind("rope"):
+        if run_a.get(field) == a:
+            run_b = results.find("rope", run_a, **{field: b})
+            if run_b:
+                yield run_a, run_b
+
+
+def acceptance(results):
+    """(target, limit, [(case, run, value)], headline(run)) for each target of the lead. A limit
+    (">=", 0.9) means value >= 0.9 passes."""
+    rope = results.of_kind("rope")
+    prefill_f32 = [r for r in rope if r["shape"].startswith("prefill") and r["dtype"] == "f32" and r["source"] == "cache"]
+    decode8 = [r for r in rope if r["shape"] == "decode_b8" and r["dtype"] == "f32" and r["source"] == "cache"]
+
+    def cases(runs, value):
+        return [(case_text(run), run, value(run)) for run in runs]
+
+    def pair_cases(field, a, b, keep=lambda run: True):
+        return [(case_text(x, (field,)), x, ratio(x["seconds"], y["seconds"]))
+                for x, y in paired(results, field, a, b) if keep(x)]
+
+    def prefill_d128(run):
+        return run["shape"] == "prefill_d128"
+
+    def headline_f32(fixed):
+        return lambda run: run["shape"] in ("prefill_d128", "decode_b8") and run["dtype"] == "f32" and fixed(run)
+
+    return [
+        ("prefill f32 bandwidth / memcpy bandwidth (same threads)", (">=", 0.9),
+         cases(prefill_f32, lambda r: ratio(results.memcpy_seconds(r), r["seconds"])), prefill_d128),
+        ("decode batch-8 f32 time / memcpy time", ("<=", 1.5),
+         cases(decode8, lambda r: ratio(r["seconds"], results.memcpy_seconds(r))), lambda run: True),
+        ("decode batch-8 f32 time / scalar-loop time", ("<", 1.0),
+         cases(decode8, lambda r: ratio(r["seconds"], results.scalar_seconds(r))), lambda run: True),
+        ("bf16 prefill time / f32 time", ("<=", 0.6),
+         pair_cases("dtype", "bf16", "f32", lambda run: run["shape"].startswith("prefill")),
+         lambda run: prefill_d128(run) and run["source"] == "cache" and run["style"] == "half"),
+        ("interleaved time / half time", ("<=", 1.15), pair_cases("style", "interleaved", "half"),
+         headline_f32(lambda run: run["source"] == "cache")),
+        ("compat (computed) time / cache time", ("<=", 1.3), pair_cases("source", "compat", "cache"),
+         headline_f32(lambda run: run["style"] == "half")),
+    ]
+
+
+def passes(limit, value):
+    op, bound = limit
+    return {">=": value >= bound, "<=": value <= bound, "<": value < bound}[op]
+
+
+def acceptance_table(results):
+    lines = ["| target | case | measured | pass |", "|---|---|---:|:---:|"]
+    for target, limit, measured, headline in acceptance(results):
+        title = f"{target} {limit[0]} {limit[1]}"
+        measured = [m for m in measured if m[2] is not None]
+        if not measured:
+            lines.append(f"| {title} | (not measured) | - | - |")
+            continue
+        for case, run, value in measured:
+            if headline(run):
+                lines.append(f"| {title} | {case} | {value:.2f} | {'yes' if passes(limit, value) else '**no**'} |")
+        # The summary names the case furthest on the wrong side (or nearest the limit if all pass).
+        worst = (min if limit[0] == ">=" else max)(measured, key=lambda m: m[2])
+        failing = sum(not passes(limit, m[2]) for m in measured)
+        lines.append(f"| {title} | all {len(measured)} cases: {len(measured) - failing} pass; worst: {worst[0]} "
+                     f"| {worst[2]:.2f} | {'**no**' if failing else 'yes'} |")
+    return lines
+
+
+# ---- Report ----------------------------------------------------------------------------------
+
+def cpu_model(context):
+    if context.get("cpu_model"):
+        return context["cpu_model"]
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def stamp(context, json_path, script_command):
+    caches = ", ".join(f"L{c['level']}{c['type'][0].lower() if c['type'] != 'Unified' else ''} "
+                       f"{c['size'] // 1024} KiB" + (f" ×{c['num_sharing']}" if c.get("num_sharing", 0) > 1 else "")
+                       for c in context.get("caches", []))
+    load = ", ".join(f"{x:.2f}" for x in context.get("load_avg", []))
+    return [
+        f"- CPU: {cpu_model(context)}, {context.get('num_cpus', '?')} logical CPUs at {context.get('mhz_per_cpu', '?')} MHz"
+        + (f"; caches: {caches}" if caches else ""),
+        f"- Date: {context.get('date', datetime.datetime.now().isoformat(timespec='seconds'))}; "
+        f"load average at start: {load or '?'}",
+        f"- ropegen {context.get('ropegen_version', '?')}, active ISA {context.get('ropegen_active_isa', '?')}, "
+        f"{context.get('ropegen_kernels_built', '?')} kernels built; all-threads = {context.get('bench_threads', '?')}",
+        f"- Benchmark command: `{context.get('command', '?')}`",
+        f"- Table command: `{script_command}` (from `{json_path}`)",
+    ]
+
+
+def report(doc, json_path, script_command):
+    results = Results(load_runs(doc))
+    lines = ["## Results", "", *stamp(doc.get("context", {}), json_path, script_command), "",
+             "`vs memcpy` = memcpy time of the same bytes at the same thread count / time (1.00 = memcpy speed);",
+             "`vs scalar` = scalar-loop time (same shape, dtype, style, threads) / time (> 1 = faster).", "",
+             "### Acceptance targets", "", *acceptance_table(results), "",
+             "### rope_dispatch", "", *rope_table(results), "",
+             "### Baselines", "", *baseline_table(results), "",
+             "### Cost of one call", "", *call_table(results)]
+    if results.errors:
+        lines += ["", "### Skipped", ""]
+        lines += [f"- `{r['name']}`: {r['error']}" for r in results.errors]
+    return "\n".join(lines) + "\n"
+
+
+def update_readme(path, section):
+    block = f"{BEGIN}\n{section}{END}\n"
+    text = path.read_text() if path.exists() else "# ropegen benchmarks\n\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + block + rest.split(END, 1)[1].lstrip("\n")
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    path.write_text(text)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", type=pathlib.Path, help="Google Benchmark JSON (--benchmark_out)")
+    parser.add_argument("--readme", type=pathlib.Path, default=pathlib.Path(__file__).with_name("README.md"))
+    parser.add_argument("--no-readme", action="store_true", help="print the tables, leave the README alone")
+    args = parser.parse_args()
+    try:
+        doc = json.loads(args.results.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        sys.exit(f"{args.results}: cannot read Google Benchmark JSON: {err}")
+    section = report(doc, args.results, " ".join([pathlib.Path(sys.argv[0]).name] + sys.argv[1:]))
+    sys.stdout.write(section)
+    if not args.no_readme:
+        update_readme(args.readme, section)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,691 @@
+// SPDX-License-Identifier: Apache-2.0
+// Google Benchmark suite of ropegen through its public entry point, rope_dispatch(), against two
+// baselines on the same buffers: memcpy of the same bytes (the bandwidth ceiling) and the scalar
+// loop an engine writes by hand (scalar_rope.cpp). Every benchmark is registered from the tables
+// below; names are "kind/key:value/..." so bench_table.py can parse them back.
+//
+// Counters: bytes_per_second (q, k read + q_out, k_out written; the small cos/sin tables are
+// not counted), items_per_second (tokens), threads, and memcpy_ratio = memcpy time of the same
+// bytes at the same thread count / this benchmark's time (1.0 = memcpy speed).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "internal/kernel_table.h"
+#include "ropegen/rope.h"
+#include "scalar_rope.h"
+#include "worker_pool.h"
+
+namespace ropebench {
+namespace {
+
+// ---- What is measured ------------------------------------------------------------------------
+
+struct Shape {
+    const char *name;
+    int64_t batch, seq, q_heads, k_heads, head_dim;
+};
+
+// Llama-3-8B-like attention: 32 q heads, 8 kv heads (GQA), BSHD. The prefill variants keep
+// tokens * head_dim constant, so all of them move the same bytes and their GB/s compare; decode
+// is one new token per sequence.
+constexpr Shape kShapes[] = {
+    {"prefill_d128", 1, 4096, 32, 8, 128},
+    {"prefill_d64", 1, 8192, 32, 8, 64},
+    {"prefill_d256", 1, 2048, 32, 8, 256},
+    {"decode_b1", 1, 1, 32, 8, 128},
+    {"decode_b8", 8, 1, 32, 8, 128},
+    {"decode_b64", 64, 1, 32, 8, 128},
+};
+
+// The precise source computes its angles in f64: measured on one shape only, to show its price.
+constexpr const char *kPreciseShape = "prefill_d128";
+
+// Sequence b of a decode batch sits at position kDecodeStart + b * kDecodeStride, so a batch
+// reads scattered cache rows as a real one does; prefill starts at position 0.
+constexpr int32_t kDecodeStart = 1000, kDecodeStride = 61;
+
+struct DtypeInfo {
+    rope_dtype dtype;
+    const char *name;
+    size_t bytes;
+};
+constexpr DtypeInfo kDtypes[] = {{ROPE_DTYPE_F32, "f32", 4}, {ROPE_DTYPE_BF16, "bf16", 2}};
+
+struct StyleInfo {
+    rope_style style;
+    const char *name;
+};
+constexpr StyleInfo kStyles[] = {{ROPE_STYLE_HALF, "half"}, {ROPE_STYLE_INTERLEAVED, "interleaved"}};
+
+struct SourceInfo {
+    rope_source source;
+    const char *name;
+};
+constexpr SourceInfo kSources[] = {
+    {ROPE_SOURCE_CACHE, "cache"}, {ROPE_SOURCE_COMPAT, "compat"}, {ROPE_SOURCE_PRECISE, "precise"}};
+
+// "All threads": the library's pool size, which main() sets to this same count so that the
+// baselines at "all threads" use exactly as many threads as the kernels.
+int g_all_threads = 1;
+
+// One benchmark: a shape and dtype, plus a style and source where the kind has them.
+struct Case {
+    const Shape *shape;
+    const DtypeInfo *dtype;
+    const StyleInfo *style;    // null for memcpy
+    const SourceInfo *source;  // null for the baselines
+    int threads;               // 1, or g_all_threads
+};
+
+// ---- Buffers ---------------------------------------------------------------------------------
+
+struct FreeDeleter {
+    void operator()(std::byte *p) const {
+        std::free(p);
+    }
+};
+using Bytes = std::unique_ptr<std::byte[], FreeDeleter>;
+
+// Page-aligned and already touched, so no page fault lands in a timed loop.
+Bytes allocate(size_t bytes) {
+    constexpr size_t kAlign = 4096;
+    const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+    Bytes buffer(static_cast<std::byte *>(std::aligned_alloc(kAlign, rounded)));
+    if (buffer) {
+        std::memset(buffer.get(), 0, rounded);
+    }
+    return buffer;
+}
+
+uint16_t to_bf16(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    bits += 0x7FFFu + ((bits >> 16) & 1u);
+    return static_cast<uint16_t>(bits >> 16);
+}
+
+// Values in [-1, 1) from a fixed xorshift stream: the data is irrelevant to the speed, but
+// it must be finite and not denormal.
+void fill_random(std::byte *data, size_t count, const DtypeInfo &dtype, uint64_t seed) {
+    uint64_t state = seed;
+    for (size_t i = 0; i < count; i++) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        const float value = static_cast<float>(state >> 40) * 0x1p-23f - 1.0f;
+        if (dtype.dtype == ROPE_DTYPE_F32) {
+            std::memcpy(data + i * sizeof(float), &value, sizeof value);
+        } else {
+            const uint16_t half = to_bf16(value);
+            std::memcpy(data + i * sizeof half, &half, sizeof half);
+        }
+    }
+}
+
+// The buffers of one (shape, dtype): q, k, separate outputs (out of place, like the memcpy they
+// are compared with), the cos/sin cache and the positions.
+struct Workspace {
+    const Shape *shape;
+    const DtypeInfo *dtype;
+    size_t q_bytes, k_bytes;
+    Bytes q, k, q_out, k_out;
+    int64_t cache_len;
+    std::vector<float> cos, sin;           // [cache_len][head_dim / 2]
+    std::vector<int32_t> batch_offsets;    // position of each sequence's first token
+    std::vector<int32_t> token_positions;  // every token's position, for the scalar loop
+    std::map<int, double> memcpy_seconds;  // threads -> median memcpy time of q + k
+    std::map<rope_style, std::string> scalar_check;  // style -> "" or why the scalar loop is wrong
+
+    int64_t tokens() const {
+        return shape->batch * shape->seq;
+    }
+    // What bytes_per_second counts: every element read once and written once.
+    int64_t moved_bytes() const {
+        return static_cast<int64_t>(2 * (q_bytes + k_bytes));
+    }
+};
+
+std::unique_ptr<Workspace> make_workspace(const Shape &shape, const DtypeInfo &dtype) {
+    auto ws = std::make_unique<Workspace>();
+    ws->shape = &shape;
+    ws->dtype = &dtype;
+    const int64_t tokens = shape.batch * shape.seq;
+    const size_t q_count = static_cast<size_t>(tokens * shape.q_heads * shape.head_dim);
+    const size_t k_count = static_cast<size_t>(tokens * shape.k_heads * shape.head_dim);
+    ws->q_bytes = q_count * dtype.bytes;
+    ws->k_bytes = k_count * dtype.bytes;
+    ws->q = allocate(ws->q_bytes);
+    ws->k = allocate(ws->k_bytes);
+    ws->q_out = allocate(ws->q_bytes);
+    ws->k_out = allocate(ws->k_bytes);
+    if (!ws->q || !ws->k || !ws->q_out || !ws->k_out) {
+        return nullptr;
+    }
+    fill_random(ws->q.get(), q_count, dtype, 0x9E3779B97F4A7C15ull);
+    fill_random(ws->k.get(), k_count, dtype, 0xD1B54A32D192ED03ull);
+
+    const bool decode = shape.seq == 1;
+    for (int64_t b = 0; b < shape.batch; b++) {
+        ws->batch_offsets.push_back(decode ? kDecodeStart + static_cast<int32_t>(b) * kDecodeStride : 0);
+        for (int64_t s = 0; s < shape.seq; s++) {
+            ws->token_positions.push_back(ws->batch_offsets.back() + static_cast<int32_t>(s));
+        }
+    }
+    ws->cache_len = *std::max_element(ws->token_positions.begin(), ws->token_positions.end()) + 1;
+
+    // spec §1 with base 10000 and R = head_dim, in f64 (the values do not affect the speed).
+    const int64_t pairs = shape.head_dim / 2;
+    ws->cos.resize(static_cast<size_t>(ws->cache_len * pairs));
+    ws->sin.resize(ws->cos.size());
+    for (int64_t position = 0; position < ws->cache_len; position++) {
+        for (int64_t i = 0; i < pairs; i++) {
+            const double angle = static_cast<double>(position) *
+                                 std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(shape.head_dim));
+            ws->cos[static_cast<size_t>(position * pairs + i)] = static_cast<float>(std::cos(angle));
+            ws->sin[static_cast<size_t>(position * pairs + i)] = static_cast<float>(std::sin(angle));
+        }
+    }
+    return ws;
+}
+
+// Benchmarks of one (shape, dtype) are registered together, so one cached workspace serves them
+// all; the previous one is freed first (a prefill workspace is 160 MiB in f32).
+Workspace *workspace_for(const Case &c) {
+    static std::unique_ptr<Workspace> current;
+    if (!current || current->shape != c.shape || current->dtype != c.dtype) {
+        current.reset();
+        current = make_workspace(*c.shape, *c.dtype);
+    }
+    return current.get();
+}
+
+// ---- Baselines -------------------------------------------------------------------------------
+
+WorkerPool &pool() {
+    static WorkerPool instance(g_all_threads);
+    return instance;
+}
+
+// Runs task(part) for every part in [0, parts) on up to `parts` threads.
+template <typename Task>
+void run_parts(int parts, Task &&task) {
+    if (parts == 1) {
+        task(0);
+    } else {
+        pool().run(parts, task);
+    }
+}
+
+// Part `part` of a copy split into `parts` cache-line-aligned slices.
+void copy_part(const std::byte *src, std::byte *dst, size_t bytes, int part, int parts) {
+    const size_t lines = (bytes + 63) / 64;
+    const size_t begin = std::min(bytes, lines * static_cast<size_t>(part) / static_cast<size_t>(parts) * 64);
+    const size_t end = std::min(bytes, lines * static_cast<size_t>(part + 1) / static_cast<size_t>(parts) * 64);
+    std::memcpy(dst + begin, src + begin, end - begin);
+}
+
+// The memcpy baseline: q -> q_out and k -> k_out, each split evenly over the threads.
+void memcpy_qk(const Workspace &ws, int threads) {
+    run_parts(threads, [&](int part) {
+        copy_part(ws.q.get(), ws.q_out.get(), ws.q_bytes, part, threads);
+        copy_part(ws.k.get(), ws.k_out.get(), ws.k_bytes, part, threads);
+    });
+}
+
+ScalarRopeArgs scalar_args(const Workspace &ws, rope_style style) {
+    ScalarRopeArgs args{};
+    args.dtype = ws.dtype->dtype;
+    args.style = style;
+    args.q_heads = ws.shape->q_heads;
+    args.k_heads = ws.shape->k_heads;
+    args.head_dim = ws.shape->head_dim;
+    args.q = ws.q.get();
+    args.k = ws.k.get();
+    args.q_out = ws.q_out.get();
+    args.k_out = ws.k_out.get();
+    args.positions = ws.token_positions.data();
+    args.cos = ws.cos.data();
+    args.sin = ws.sin.data();
+    return args;
+}
+
+// The scalar baseline, tokens split evenly over the threads (as an engine would split them).
+void scalar_qk(const ScalarRopeArgs &args, int64_t tokens, int threads) {
+    run_parts(threads, [&](int part) {
+        scalar_rope(args, tokens * part / threads, tokens * (part + 1) / threads);
+    });
+}
+
+// Median time of fn(): several samples, each repeating fn long enough to be timed well.
+template <typename Fn>
+double median_seconds(Fn &&fn) {
+    using Clock = std::chrono::steady_clock;
+    constexpr double kSampleSeconds = 2e-3;
+    constexpr int kSamples = 9;
+    fn();  // warm caches and the pool
+    auto start = Clock::now();
+    fn();
+    const double once = std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
+    const int reps = static_cast<int>(std::clamp(std::ceil(kSampleSeconds / once), 1.0, 1e6));
+    std::vector<double> samples;
+    for (int s = 0; s < kSamples; s++) {
+        start = Clock::now();
+        for (int r = 0; r < reps; r++) {
+            fn();
+        }
+        samples.push_back(std::chrono::duration<double>(Clock::now() - start).count() / reps);
+    }
+    std::nth_element(samples.begin(), samples.begin() + kSamples / 2, samples.end());
+    return samples[kSamples / 2];
+}
+
+double memcpy_seconds(Workspace &ws, int threads) {
+    auto [entry, inserted] = ws.memcpy_seconds.try_emplace(threads, 0.0);
+    if (inserted) {
+        entry->second = median_seconds([&] { memcpy_qk(ws, threads); });
+    }
+    return entry->second;
+}
+
+// ---- The library -----------------------------------------------------------------------------
+
+rope_tensor bshd_view(void *data, const Workspace &ws, int64_t heads) {
+    const Shape &s = *ws.shape;
+    rope_tensor tensor{};
+    tensor.data = data;
+    tensor.dtype = ws.dtype->dtype;
+    const int64_t sizes[4] = {s.batch, s.seq, heads, s.head_dim};
+    const int64_t strides[4] = {s.seq * heads * s.head_dim, heads * s.head_dim, s.head_dim, 1};
+    std::copy(sizes, sizes + 4, tensor.sizes);
+    std::copy(strides, strides + 4, tensor.strides);
+    return tensor;
+}
+
+rope_params params_for(const Workspace &ws, const Case &c) {
+    rope_params params = rope_params_init();
+    params.style = c.style->style;
+    params.direction = ROPE_FORWARD;
+    params.q = bshd_view(ws.q.get(), ws, ws.shape->q_heads);
+    params.k = bshd_view(ws.k.get(), ws, ws.shape->k_heads);
+    params.q_out = bshd_view(ws.q_out.get(), ws, ws.shape->q_heads);
+    params.k_out = bshd_view(ws.k_out.get(), ws, ws.shape->k_heads);
+    // position = offset[b] + s: a decode batch's per-sequence lengths, a prefill's 0.
+    params.positions.kind = ROPE_POSITIONS_OFFSET;
+    params.positions.index_type = ROPE_INDEX_INT32;
+    params.positions.data = ws.batch_offsets.data();
+    params.positions.strides[0] = 1;
+    params.angles.source = c.source->source;
+    params.angles.cos_cache = ws.cos.data();
+    params.angles.sin_cache = ws.sin.data();
+    params.angles.cache_len = ws.cache_len;
+    // 1: the calling thread only; 0: the library's pool (g_all_threads threads).
+    params.num_threads = c.threads == 1 ? 1 : 0;
+    return params;
+}
+
+std::string failure(const char *what, rope_status status, const rope_report &report) {
+    return std::string(what) + ": " + rope_status_string(status) + "; " + report.message;
+}
+
+// Times the benchmark loop itself (wall clock, like UseRealTime) so memcpy_ratio can be a plain
+// number; a Google Benchmark rate counter would print it as "x/s".
+template <typename Body>
+double timed_loop(benchmark::State &state, Body &&body) {
+    const auto start = std::chrono::steady_clock::now();
+    for (auto _ : state) {
+        if (!body()) {
+            break;
+        }
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return state.iterations() > 0 ? seconds / static_cast<double>(state.iterations()) : 0.0;
+}
+
+void set_counters(benchmark::State &state, const Workspace &ws, int threads, double seconds, double memcpy_s) {
+    state.SetBytesProcessed(state.iterations() * ws.moved_bytes());
+    state.SetItemsProcessed(state.iterations() * ws.tokens());
+    state.counters["threads"] = threads;
+    if (memcpy_s > 0 && seconds > 0) {
+        state.counters["memcpy_ratio"] = memcpy_s / seconds;
+    }
+}
+
+// ---- The benchmarks --------------------------------------------------------------------------
+
+void bm_rope(benchmark::State &state, const Case &c) {
+    Workspace *ws = workspace_for(c);
+    if (ws == nullptr) {
+        state.SkipWithError("cannot allocate the buffers");
+        return;
+    }
+    const rope_params params = params_for(*ws, c);
+    rope_report report = rope_report_init();
+    // rope_query names the kernel rope_dispatch will run; an unbuilt variant is a skip.
+    if (const rope_status status = rope_query(&params, &report); status != ROPE_OK) {
+        state.SkipWithError(failure("rope_query", status, report).c_str());
+        return;
+    }
+    state.SetLabel(report.kernel);
+    const double memcpy_s = memcpy_seconds(*ws, c.threads);
+    if (const rope_status status = rope_dispatch(&params, &report); status != ROPE_OK) {
+        state.SkipWithError(failure("rope_dispatch", status, report).c_str());
+        return;
+    }
+    const double seconds = timed_loop(state, [&] {
+        if (rope_dispatch(&params, nullptr) != ROPE_OK) {
+            state.SkipWithError("rope_dispatch failed inside the timed loop");
+            return false;
+        }
+        return true;
+    });
+    set_counters(state, *ws, c.threads, seconds, memcpy_s);
+}
+
+void bm_memcpy(benchmark::State &state, const Case &c) {
+    Workspace *ws = workspace_for(c);
+    if (ws == nullptr) {
+        state.SkipWithError("cannot allocate the buffers");
+        return;
+    }
+    memcpy_qk(*ws, c.threads);
+    const double seconds = timed_loop(state, [&] {
+        memcpy_qk(*ws, c.threads);
+        benchmark::ClobberMemory();
+        return true;
+    });
+    set_counters(state, *ws, c.threads, seconds, 0.0);
+}
+
+float element(const std::byte *data, const DtypeInfo &dtype, size_t index) {
+    if (dtype.dtype == ROPE_DTYPE_F32) {
+        float value;
+        std::memcpy(&value, data + index * sizeof value, sizeof value);
+        return value;
+    }
+    uint16_t half;
+    std::memcpy(&half, data + index * sizeof half, sizeof half);
+    const uint32_t bits = static_cast<uint32_t>(half) << 16;
+    float value;
+    std::memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+// The outputs of the first and the last token, as f32.
+std::vector<float> output_sample(const Workspace &ws) {
+    std::vector<float> sample;
+    for (int64_t token : {int64_t{0}, ws.tokens() - 1}) {
+        for (auto [data, heads] : {std::pair{ws.q_out.get(), ws.shape->q_heads}, std::pair{ws.k_out.get(), ws.shape->k_heads}}) {
+            const size_t row = static_cast<size_t>(heads * ws.shape->head_dim);
+            for (size_t i = 0; i < row; i++) {
+                sample.push_back(element(data, *ws.dtype, static_cast<size_t>(token) * row + i));
+            }
+        }
+    }
+    return sample;
+}
+
+// The scalar loop must compute what rope_dispatch computes (cache source, same style), else the
+// comparison is meaningless: checked once per workspace and style, on the first and last token.
+// Inputs lie in [-1, 1): the tolerance is a few f32 ulps, or one bf16 ulp.
+std::string check_scalar(Workspace &ws, const Case &c, const ScalarRopeArgs &args) {
+    auto [entry, inserted] = ws.scalar_check.try_emplace(c.style->style);
+    if (!inserted) {
+        return entry->second;
+    }
+    const Case kernel_case{c.shape, c.dtype, c.style, &kSources[0] /* cache */, 1};
+    const rope_params params = params_for(ws, kernel_case);
+    if (rope_dispatch(&params, nullptr) != ROPE_OK) {
+        return entry->second;  // no kernel to compare with; bm_rope reports why
+    }
+    const std::vector<float> expected = output_sample(ws);
+    scalar_rope(args, 0, ws.tokens());
+    const std::vector<float> actual = output_sample(ws);
+    const float tolerance = c.dtype->dtype == ROPE_DTYPE_F32 ? 1e-5f : 1.0f / 128;
+    for (size_t i = 0; i < expected.size(); i++) {
+        if (!(std::fabs(actual[i] - expected[i]) <= tolerance)) {
+            entry->second = "the scalar loop disagrees with rope_dispatch at sample element " + std::to_string(i) + ": " +
+                            std::to_string(actual[i]) + " vs " + std::to_string(expected[i]);
+            break;
+        }
+    }
+    return entry->second;
+}
+
+void bm_scalar(benchmark::State &state, const Case &c) {
+    Workspace *ws = workspace_for(c);
+    if (ws == nullptr) {
+        state.SkipWithError("cannot allocate the buffers");
+        return;
+    }
+    const ScalarRopeArgs args = scalar_args(*ws, c.style->style);
+    if (!scalar_rope(args, 0, 0)) {
+        state.SkipWithError("the scalar loop has no code for this dtype");
+        return;
+    }
+    if (const std::string error = check_scalar(*ws, c, args); !error.empty()) {
+        state.SkipWithError(error.c_str());
+        return;
+    }
+    const double memcpy_s = memcpy_seconds(*ws, c.threads);
+    scalar_qk(args, ws->tokens(), c.threads);
+    const double seconds = timed_loop(state, [&] {
+        scalar_qk(args, ws->tokens(), c.threads);
+        benchmark::ClobberMemory();
+        return true;
+    });
+    set_counters(state, *ws, c.threads, seconds, memcpy_s);
+}
+
+// The fixed cost of one call: validation and kernel choice (query), plus running a kernel on
+// one token of one 64-lane head, on the calling thread.
+enum class CallKind { Query, Dispatch, DispatchWithReport, RunKernel };
+struct CallInfo {
+    CallKind kind;
+    const char *name;
+};
+constexpr CallInfo kCalls[] = {{CallKind::Query, "rope_query"},
+                               {CallKind::Dispatch, "rope_dispatch"},
+                               {CallKind::DispatchWithReport, "rope_dispatch_report"},
+                               {CallKind::RunKernel, "run_kernel"}};
+
+const ropegen::KernelEntry *find_kernel(const char *name) {
+    size_t count = 0;
+    const ropegen::KernelEntry *table = ropegen::kernel_table(&count);
+    for (size_t i = 0; i < count; i++) {
+        if (std::strcmp(table[i].name, name) == 0) {
+            return &table[i];
+        }
+    }
+    return nullptr;
+}
+
+void bm_call(benchmark::State &state, CallKind kind) {
+    constexpr int64_t kHeadDim = 64, kPairs = kHeadDim / 2, kRows = 8;
+    std::vector<float> q(kHeadDim, 0.5f), q_out(kHeadDim), table(kRows * kPairs, 0.25f);
+    rope_params params = rope_params_init();
+    params.style = ROPE_STYLE_HALF;
+    for (auto [tensor, data] : {std::pair{&params.q, q.data()}, std::pair{&params.q_out, q_out.data()}}) {
+        tensor->data = data;
+        tensor->dtype = ROPE_DTYPE_F32;
+        const int64_t sizes[4] = {1, 1, 1, kHeadDim}, strides[4] = {kHeadDim, kHeadDim, kHeadDim, 1};
+        std::copy(sizes, sizes + 4, tensor->sizes);
+        std::copy(strides, strides + 4, tensor->strides);
+    }
+    params.positions.offset = kRows - 1;  // a decode step: one token at a scalar offset
+    params.angles.source = ROPE_SOURCE_CACHE;
+    params.angles.cos_cache = table.data();
+    params.angles.sin_cache = table.data();
+    params.angles.cache_len = kRows;
+    params.num_threads = 1;
+
+    rope_report report = rope_report_init();
+    if (const rope_status status = rope_query(&params, &report); status != ROPE_OK) {
+        state.SkipWithError(failure("rope_query", status, report).c_str());
+        return;
+    }
+    state.SetLabel(report.kernel);
+    const ropegen::KernelEntry *kernel = find_kernel(report.kernel);
+    if (kind == CallKind::RunKernel && kernel == nullptr) {
+        state.SkipWithError("the kernel named by rope_query is not in kernel_table()");
+        return;
+    }
+    for (auto _ : state) {
+        rope_status status = ROPE_OK;
+        switch (kind) {
+        case CallKind::Query:
+            status = rope_query(&params, &report);
+            break;
+        case CallKind::Dispatch:
+            status = rope_dispatch(&params, nullptr);
+            break;
+        case CallKind::DispatchWithReport:
+            status = rope_dispatch(&params, &report);
+            break;
+        case CallKind::RunKernel:
+            status = ropegen::run_kernel(*kernel, &params, nullptr);
+            break;
+        }
+        if (status != ROPE_OK) {
+            state.SkipWithError(failure("call", status, report).c_str());
+            break;
+        }
+    }
+}
+
+// ---- Registration ----------------------------------------------------------------------------
+
+std::string case_name(const char *kind, const Case &c) {
+    std::string name = std::string(kind) + "/shape:" + c.shape->name + "/dtype:" + c.dtype->name;
+    if (c.style != nullptr) {
+        name += std::string("/style:") + c.style->name;
+    }
+    if (c.source != nullptr) {
+        name += std::string("/source:") + c.source->name;
+    }
+    return name + "/threads:" + std::to_string(c.threads);
+}
+
+template <typename Fn>
+void register_case(const char *kind, const Case &c, Fn fn) {
+    const bool decode = c.shape->seq == 1;
+    benchmark::RegisterBenchmark(case_name(kind, c).c_str(), [c, fn](benchmark::State &state) { fn(state, c); })
+        ->UseRealTime()  // the work runs on several threads: wall time, not the caller's CPU time
+        ->Unit(decode ? benchmark::kMicrosecond : benchmark::kMillisecond);
+}
+
+void register_all() {
+    std::vector<int> thread_counts{1};
+    if (g_all_threads > 1) {
+        thread_counts.push_back(g_all_threads);
+    }
+    // Grouped by (shape, dtype) so the cached workspace is reused across a group.
+    for (const Shape &shape : kShapes) {
+        for (const DtypeInfo &dtype : kDtypes) {
+            for (int threads : thread_counts) {
+                register_case("memcpy", {&shape, &dtype, nullptr, nullptr, threads}, bm_memcpy);
+            }
+            for (const StyleInfo &style : kStyles) {
+                for (int threads : thread_counts) {
+                    register_case("scalar", {&shape, &dtype, &style, nullptr, threads}, bm_scalar);
+                }
+            }
+            for (const StyleInfo &style : kStyles) {
+                for (const SourceInfo &source : kSources) {
+                    if (source.source == ROPE_SOURCE_PRECISE && std::strcmp(shape.name, kPreciseShape) != 0) {
+                        continue;
+                    }
+                    for (int threads : thread_counts) {
+                        register_case("rope", {&shape, &dtype, &style, &source, threads}, bm_rope);
+                    }
+                }
+            }
+        }
+    }
+    for (const CallInfo &call : kCalls) {
+        benchmark::RegisterBenchmark((std::string("call/call:") + call.name).c_str(), bm_call, call.kind)
+            ->Unit(benchmark::kNanosecond);
+    }
+}
+
+// ---- Context (recorded in the JSON output for bench_table.py) --------------------------------
+
+int bench_threads() {
+    if (const char *env = std::getenv("ROPE_NUM_THREADS")) {
+        if (const int n = std::atoi(env); n > 0) {
+            return n;
+        }
+    }
+    return std::max(1u, std::thread::hardware_concurrency());
+}
+
+std::string cpu_model() {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    for (std::string line; std::getline(cpuinfo, line);) {
+        if (line.rfind("model name", 0) == 0) {
+            const size_t colon = line.find(':');
+            return colon == std::string::npos ? line : line.substr(line.find_first_not_of(" \t", colon + 1));
+        }
+    }
+    return "unknown";
+}
+
+const char *isa_name(rope_isa isa) {
+    switch (isa) {
+    case ROPE_ISA_SSE41:
+        return "sse41";
+    case ROPE_ISA_AVX2:
+        return "avx2";
+    case ROPE_ISA_AVX512:
+        return "avx512";
+    default:
+        return "none";
+    }
+}
+
+void add_context(int argc, char **argv) {
+    std::string command;
+    for (int i = 0; i < argc; i++) {
+        command += (i ? " " : "") + std::string(argv[i]);
+    }
+    size_t kernels = 0;
+    ropegen::kernel_table(&kernels);
+    benchmark::AddCustomContext("command", command);
+    benchmark::AddCustomContext("cpu_model", cpu_model());
+    benchmark::AddCustomContext("ropegen_version", rope_version_string());
+    benchmark::AddCustomContext("ropegen_active_isa", isa_name(rope_active_isa()));
+    benchmark::AddCustomContext("ropegen_kernels_built", std::to_string(kernels));
+    benchmark::AddCustomContext("bench_threads", std::to_string(g_all_threads));
+}
+
+}  // namespace
+}  // namespace ropebench
+
+int main(int argc, char **argv) {
+    using namespace ropebench;
+    g_all_threads = bench_threads();
+    if (rope_set_num_threads(g_all_threads) != ROPE_OK) {
+        return 1;
+    }
+    add_context(argc, argv);  // before Initialize() strips the --benchmark flags from argv
+    register_all();
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
+        return 1;
+    }
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

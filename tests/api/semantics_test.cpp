@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: Apache-2.0
+// What rope_dispatch() does with legal but unusual arguments: empty tensors, broadcast inputs
+// (zero strides), the cache source with an attn_factor set, and outputs that overlap themselves.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <array>
+#include <cstring>
+#include <string>
+
+#include "support/kernels.h"
+#include "support/rope_case.h"
+
+namespace ropegen::test {
+namespace {
+
+CaseSpec small_case() {
+    CaseSpec c;
+    c.batch = 2;
+    c.seq = 3;
+    c.q_heads = 3;
+    c.k_heads = 2;
+    c.head_dim = 64;
+    c.positions.scalar_offset = 4;
+    return c;
+}
+
+// A size of 0 on any token or head axis is a valid call that writes nothing.
+TEST(ApiSemantics, EmptyTensorsAreANoOp) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 64);
+    for (int axis = 0; axis < 3; axis++) {
+        SCOPED_TRACE(axis);
+        RopeCall call(small_case());
+        const Runner empty_axis = [axis](const rope_params *params, rope_report *report) {
+            rope_params p = *params;
+            for (rope_tensor *t : {&p.q, &p.q_out, &p.k, &p.k_out}) {
+                if (axis < 2 || t == &p.q || t == &p.q_out) {  // k keeps its heads when q has none
+                    t->sizes[axis] = 0;
+                }
+            }
+            return rope_dispatch(&p, report);
+        };
+        EXPECT_EQ(call.run(empty_axis), ROPE_OK) << call.report().message;
+        if (axis == 2) {
+            // q has no heads, k is still rotated.
+            EXPECT_TRUE(call.check_untouched_outside_outputs());
+        } else {
+            EXPECT_TRUE(call.check_all_unchanged());
+        }
+    }
+}
+
+// Inputs may repeat themselves through a zero stride (one head read as three): each output head
+// is the rotation of the same lanes.
+TEST(ApiSemantics, BroadcastInputThroughZeroStride) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 64);
+    CaseSpec c = small_case();
+    RopeCall call(c);
+    const Tensor one_head = Tensor::make(c.dtype, {c.batch, c.seq, 1, c.head_dim});
+    std::mt19937_64 rng(3);
+    Tensor filled = one_head;
+    fill_uniform(filled, rng);
+    Sizes strides = one_head.strides();
+    strides[2] = 0;
+    call.q = one_head.view({c.batch, c.seq, c.q_heads, c.head_dim}, 0, strides);
+    call.modify_inputs([](Tensor &, Tensor &) {});
+    ASSERT_EQ(call.run(dispatch_runner()), ROPE_OK) << call.report().message;
+    EXPECT_TRUE(call.check_outputs());
+    EXPECT_TRUE(call.check_untouched_outside_outputs());
+}
+
+// cos/sin tables already hold attn_factor (spec §5): the cache source must not scale again.
+TEST(ApiSemantics, CacheSourceIgnoresAttnFactor) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 64);
+    RopeCall call(small_case());  // cache built with attn_factor 1
+    const Runner with_attn = [](const rope_params *params, rope_report *report) {
+        rope_params p = *params;
+        p.angles.attn_factor = 0.5f;
+        return rope_dispatch(&p, report);
+    };
+    ASSERT_EQ(call.run(with_attn), ROPE_OK) << call.report().message;
+    EXPECT_TRUE(call.check_outputs());
+}
+
+// An output whose head stride is 0 writes several heads to one place: in place, head 1 would
+// read what head 0 wrote and be rotated twice. That is an output overlapping itself.
+TEST(ApiSemantics, OutputOverlappingItselfIsRejected) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 64);
+    for (const bool in_place : {true, false}) {
+        SCOPED_TRACE(in_place ? "in place" : "out of place");
+        CaseSpec c = small_case();
+        c.k_heads = 0;
+        c.memory = in_place ? Memory::InPlace : Memory::Separate;
+        RopeCall call(c);
+        const Runner zero_head_stride = [in_place](const rope_params *params, rope_report *report) {
+            rope_params p = *params;
+            p.q_out.strides[2] = 0;
+            if (in_place) {
+                p.q = p.q_out;
+            }
+            return rope_dispatch(&p, report);
+        };
+        EXPECT_EQ(call.run(zero_head_stride), ROPE_ERR_OVERLAP) << call.report().kernel;
+        EXPECT_TRUE(call.check_all_unchanged());
+    }
+}
+
+/// Anonymous memory reserved without being committed: only the pages a test touches are backed,
+/// so a view can span more than 2^31 elements cheaply.
+class SparseBuffer {
+public:
+    explicit SparseBuffer(size_t bytes) : bytes_(bytes) {
+        void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        data_ = p == MAP_FAILED ? nullptr : static_cast<uint8_t *>(p);
+    }
+    ~SparseBuffer() {
+        if (data_ != nullptr) {
+            munmap(data_, bytes_);
+        }
+    }
+    SparseBuffer(const SparseBuffer &) = delete;
+    SparseBuffer &operator=(const SparseBuffer &) = delete;
+    uint8_t *data() const {
+        return data_;
+    }
+
+private:
+    size_t bytes_;
+    uint8_t *data_;
+};
+
+// A stride of q beyond int32 on one token or head axis (the dispatcher then runs the kernels slice
+// by slice, k included): the results are bit for bit those of a compact copy of the same input.
+class HugeStrideTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(HugeStrideTest, SameBitsAsACompactCopy) {
+    const int axis = GetParam();
+    CaseSpec c;
+    c.source = ROPE_SOURCE_COMPAT;
+    // A 16-bit dtype if the build has one: a 2^31-element stride then spans 4 GiB, not 8.
+    c.dtype = ROPE_DTYPE_F32;
+    for (rope_dtype dtype : {ROPE_DTYPE_F16, ROPE_DTYPE_BF16}) {
+        if (missing_kernel_reason(c.style, c.source, dtype, 64).empty()) {
+            c.dtype = dtype;
+        }
+    }
+    ROPEGEN_SKIP_UNLESS_BUILT(c.style, c.source, c.dtype, 64);
+    c.batch = 2;
+    c.seq = 3;
+    c.q_heads = 2;
+    c.k_heads = 3;  // compact, and more heads than q: slices along heads cover both counts
+    c.head_dim = 64;
+    c.positions = random_table(c, 0, 1000, ROPE_INDEX_INT32, 5);
+    RopeCall compact(c);
+    ASSERT_EQ(compact.run(dispatch_runner()), ROPE_OK) << compact.report().message;
+    ASSERT_TRUE(compact.check_outputs());
+
+    // The same logical tensor with strides[axis] = 2^31 + 64 elements.
+    int64_t strides[4] = {c.seq * c.q_heads * 64, c.q_heads * 64, 64, 1};
+    strides[axis] = (int64_t{1} << 31) + 64;
+    int64_t span = 1;
+    for (int a = 0; a < 3; a++) {
+        span += (std::array<int64_t, 3>{c.batch, c.seq, c.q_heads}[a] - 1) * strides[a];
+    }
+    span += 63;
+    const auto element = static_cast<int64_t>(reference::dtype_size(c.dtype));
+    SparseBuffer huge(static_cast<size_t>(span * element));
+    if (huge.data() == nullptr) {
+        GTEST_SKIP() << "cannot reserve " << span * element << " bytes of address space for the huge view";
+    }
+    RopeCall sliced(c);  // its q_out starts as canary; its q is replaced by the huge view
+    compact.q_in.for_each_head([&](int64_t b, int64_t s, int64_t h) {
+        for (int64_t d = 0; d < 64; d++) {
+            const uint32_t bits = compact.q_in.bits(b, s, h, d);  // little-endian: low bytes first
+            std::memcpy(huge.data() + element * (b * strides[0] + s * strides[1] + h * strides[2] + d), &bits,
+                        static_cast<size_t>(element));
+        }
+    });
+    const Runner with_huge_q = [&](const rope_params *params, rope_report *report) {
+        rope_params p = *params;
+        p.q.data = huge.data();
+        std::memcpy(p.q.strides, strides, sizeof(strides));
+        return rope_dispatch(&p, report);
+    };
+    ASSERT_EQ(sliced.run(with_huge_q), ROPE_OK) << sliced.report().message;
+    EXPECT_TRUE(same_bits(sliced.q_out, compact.q_out));
+    EXPECT_TRUE(same_bits(sliced.k_out, compact.k_out));
+}
+
+INSTANTIATE_TEST_SUITE_P(ApiSemantics, HugeStrideTest, ::testing::Values(0, 1, 2),
+                         [](const ::testing::TestParamInfo<int> &info) {
+                             return std::string(info.param == 0 ? "batch" : info.param == 1 ? "seq" : "heads");
+                         });
+
+}  // namespace
+}  // namespace ropegen::test

@@ -1,0 +1,626 @@
+// SPDX-License-Identifier: Apache-2.0
+// One test per validation rule of rope_dispatch(): the exact status, a message that names the
+// argument, the same answer from rope_query(), and not one byte of any buffer written (outputs
+// start as a canary pattern). Plus the small API surface around it: rope_query, status strings,
+// NULL and short reports.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "support/kernels.h"
+#include "support/rope_case.h"
+
+namespace ropegen::test {
+namespace {
+
+/// `message` contains `name` (the argument a failure must name).
+::testing::AssertionResult mentions(const char *message, const std::string &name) {
+    if (std::string(message).find(name) != std::string::npos) {
+        return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << "the message should name '" << name << "': \"" << message << "\"";
+}
+
+/// Stores an out-of-range value in an enum field the way a C caller can: through its int
+/// representation (in C++, creating such an enum value is undefined behaviour).
+template <typename Enum>
+void store_raw(Enum &field, int value) {
+    static_assert(sizeof(Enum) == sizeof(int), "C enums of this ABI are int-sized");
+    std::memcpy(&field, &value, sizeof(value));
+}
+
+constexpr int64_t kBatch = 2, kSeq = 3, kQHeads = 2, kKHeads = 1, kHeadDim = 64;
+
+class Validation : public ::testing::Test {
+protected:
+    /// A valid f32 call (half style, cache source, q and k, a position table) that each test
+    /// breaks in one way.
+    static CaseSpec valid_case() {
+        CaseSpec c;
+        c.batch = kBatch;
+        c.seq = kSeq;
+        c.q_heads = kQHeads;
+        c.k_heads = kKHeads;
+        c.head_dim = kHeadDim;
+        c.positions = random_table(c, 0, 10, ROPE_INDEX_INT32, 1);
+        c.cache_len = 16;
+        return c;
+    }
+
+    Validation() : call_(valid_case()) {
+        for (const Tensor *t : {&call_.q, &call_.k, &call_.q_out, &call_.k_out}) {
+            snapshot_.add(*t);
+        }
+    }
+
+    rope_params valid() const {
+        return call_.params();
+    }
+
+    /// Records more buffers that must stay unchanged.
+    void watch(const Tensor &tensor) {
+        snapshot_.add(tensor);
+    }
+
+    /// `params` must fail with `status` and a message containing every one of `names`, leave
+    /// every buffer as it was, and rope_query() must say the same.
+    void expect_rejected(const rope_params &params, rope_status status, const std::vector<std::string> &names) const {
+        rope_report report = rope_report_init();
+        EXPECT_EQ(rope_dispatch(&params, &report), status) << "message: " << report.message;
+        EXPECT_EQ(report.status, status);
+        for (const std::string &name : names) {
+            EXPECT_TRUE(mentions(report.message, name));
+        }
+        EXPECT_STREQ(report.kernel, "") << "no kernel is named for a rejected call";
+        EXPECT_TRUE(snapshot_.unchanged());
+        rope_report query = rope_report_init();
+        EXPECT_EQ(rope_query(&params, &query), status);
+        EXPECT_STREQ(query.message, report.message);
+    }
+
+    /// A new int32 position table [batch][seq] for the call (kept alive by the fixture).
+    const void *positions32(std::vector<int32_t> values) {
+        tables32_.push_back(std::move(values));
+        return tables32_.back().data();
+    }
+    const void *positions64(std::vector<int64_t> values) {
+        tables64_.push_back(std::move(values));
+        return tables64_.back().data();
+    }
+
+    RopeCall call_;
+    Snapshot snapshot_;
+    std::vector<std::vector<int32_t>> tables32_;
+    std::vector<std::vector<int64_t>> tables64_;
+};
+
+// The baseline is valid, so every rejection below comes from the one thing its test broke.
+TEST_F(Validation, BaselineIsAccepted) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, kHeadDim);
+    const rope_status status = call_.run(dispatch_runner());
+    ASSERT_EQ(status, ROPE_OK) << call_.report().message;
+    EXPECT_TRUE(call_.check_outputs());
+}
+
+// --- pointers ------------------------------------------------------------------------------------
+
+TEST_F(Validation, NullParams) {
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_dispatch(nullptr, &report), ROPE_ERR_NULL_POINTER);
+    EXPECT_TRUE(mentions(report.message, "params"));
+    EXPECT_EQ(rope_query(nullptr, &report), ROPE_ERR_NULL_POINTER);
+}
+
+TEST_F(Validation, NullQData) {
+    rope_params p = valid();
+    p.q.data = nullptr;
+    expect_rejected(p, ROPE_ERR_NULL_POINTER, {"q.data"});
+}
+
+TEST_F(Validation, NullQOutData) {
+    rope_params p = valid();
+    p.q_out.data = nullptr;
+    expect_rejected(p, ROPE_ERR_NULL_POINTER, {"q_out"});
+}
+
+TEST_F(Validation, KWithoutKOut) {
+    rope_params p = valid();
+    p.k_out = rope_tensor{};
+    expect_rejected(p, ROPE_ERR_NULL_POINTER, {"k_out"});
+}
+
+TEST_F(Validation, NullCosCache) {
+    rope_params p = valid();
+    p.angles.cos_cache = nullptr;
+    expect_rejected(p, ROPE_ERR_NULL_POINTER, {"cos_cache"});
+}
+
+TEST_F(Validation, NullSinCache) {
+    rope_params p = valid();
+    p.angles.sin_cache = nullptr;
+    expect_rejected(p, ROPE_ERR_NULL_POINTER, {"sin_cache"});
+}
+
+TEST_F(Validation, PositionTableWithoutData) {
+    rope_params p = valid();
+    p.positions.data = nullptr;
+    expect_rejected(p, ROPE_ERR_NULL_POINTER, {"positions"});
+}
+
+// --- dtypes and shapes ---------------------------------------------------------------------------
+
+TEST_F(Validation, DtypeMismatch) {
+    rope_params p = valid();
+    p.k.dtype = ROPE_DTYPE_BF16;
+    expect_rejected(p, ROPE_ERR_DTYPE_MISMATCH, {"k.dtype"});
+    p = valid();
+    p.q_out.dtype = ROPE_DTYPE_F16;
+    expect_rejected(p, ROPE_ERR_DTYPE_MISMATCH, {"q_out.dtype"});
+}
+
+TEST_F(Validation, OddHeadDim) {
+    rope_params p = valid();
+    for (rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
+        t->sizes[3] = 63;
+    }
+    expect_rejected(p, ROPE_ERR_BAD_HEAD_DIM, {"head_dim", "63"});
+}
+
+TEST_F(Validation, ZeroHeadDim) {
+    rope_params p = valid();
+    for (rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
+        t->sizes[3] = 0;
+    }
+    expect_rejected(p, ROPE_ERR_BAD_HEAD_DIM, {"head_dim"});
+}
+
+TEST_F(Validation, HeadDimDiffersBetweenQAndK) {
+    rope_params p = valid();
+    p.k.sizes[3] = p.k_out.sizes[3] = 32;
+    expect_rejected(p, ROPE_ERR_BAD_HEAD_DIM, {"k.sizes[3]", "head_dim"});
+}
+
+TEST_F(Validation, RotaryDimOdd) {
+    rope_params p = valid();
+    p.rotary_dim = 31;
+    expect_rejected(p, ROPE_ERR_BAD_ROTARY, {"rotary_dim", "31"});
+}
+
+TEST_F(Validation, RotaryDimAboveHeadDim) {
+    rope_params p = valid();
+    p.rotary_dim = kHeadDim + 2;
+    expect_rejected(p, ROPE_ERR_BAD_ROTARY, {"rotary_dim"});
+}
+
+TEST_F(Validation, RotaryDimBelowTwo) {
+    rope_params p = valid();
+    p.rotary_dim = -2;  // even, so only the lower bound is broken (0 means head_dim)
+    expect_rejected(p, ROPE_ERR_BAD_ROTARY, {"rotary_dim"});
+}
+
+TEST_F(Validation, RotarySliceBeyondHeadDim) {
+    rope_params p = valid();
+    p.rotary_dim = 32;
+    p.rotary_offset = 34;
+    expect_rejected(p, ROPE_ERR_BAD_ROTARY, {"rotary_offset"});
+}
+
+TEST_F(Validation, NegativeRotaryOffset) {
+    rope_params p = valid();
+    p.rotary_dim = 32;
+    p.rotary_offset = -2;
+    expect_rejected(p, ROPE_ERR_BAD_ROTARY, {"rotary_offset"});
+}
+
+TEST_F(Validation, NegativeSizes) {
+    for (int axis = 0; axis < 3; axis++) {
+        SCOPED_TRACE(axis);
+        rope_params p = valid();
+        p.q.sizes[axis] = p.q_out.sizes[axis] = -1;
+        expect_rejected(p, ROPE_ERR_BAD_SHAPE, {"sizes[" + std::to_string(axis) + "]"});
+    }
+}
+
+TEST_F(Validation, BatchDiffersBetweenQAndK) {
+    rope_params p = valid();
+    p.k.sizes[0] = p.k_out.sizes[0] = 1;
+    expect_rejected(p, ROPE_ERR_BAD_SHAPE, {"k.sizes[0]"});
+}
+
+TEST_F(Validation, SeqDiffersBetweenQAndK) {
+    rope_params p = valid();
+    p.k.sizes[1] = p.k_out.sizes[1] = 2;
+    expect_rejected(p, ROPE_ERR_BAD_SHAPE, {"k.sizes[1]"});
+}
+
+TEST_F(Validation, OutputShapeDiffersFromInput) {
+    rope_params p = valid();
+    p.q_out.sizes[2] = kQHeads - 1;
+    expect_rejected(p, ROPE_ERR_BAD_SHAPE, {"q_out.sizes[2]"});
+}
+
+// 2^60 heads of 128 lanes: 2^67 elements.
+TEST_F(Validation, ElementCountOverflows) {
+    rope_params p = valid();
+    for (rope_tensor *t : {&p.q, &p.q_out}) {
+        t->sizes[0] = 1;
+        t->sizes[1] = 1;
+        t->sizes[2] = int64_t{1} << 60;
+        t->sizes[3] = 128;
+        t->strides[2] = 128;
+    }
+    p.k = p.k_out = rope_tensor{};
+    p.positions = rope_positions{};
+    expect_rejected(p, ROPE_ERR_SIZE_OVERFLOW, {"q"});
+}
+
+// 2^56 heads of 64 f32 lanes: 2^62 elements fit in int64, their 2^64 bytes do not.
+TEST_F(Validation, ByteCountOverflows) {
+    rope_params p = valid();
+    for (rope_tensor *t : {&p.q, &p.q_out}) {
+        t->sizes[0] = 1;
+        t->sizes[1] = 1;
+        t->sizes[2] = int64_t{1} << 56;
+        t->strides[2] = 64;
+    }
+    p.k = p.k_out = rope_tensor{};
+    p.positions = rope_positions{};
+    expect_rejected(p, ROPE_ERR_SIZE_OVERFLOW, {"q"});
+}
+
+TEST_F(Validation, HeadDimStrideNotOne) {
+    rope_params p = valid();
+    p.k.strides[3] = 2;
+    expect_rejected(p, ROPE_ERR_BAD_STRIDE, {"k.strides[3]"});
+}
+
+TEST_F(Validation, NegativeStride) {
+    rope_params p = valid();
+    p.q_out.strides[1] = -p.q_out.strides[1];
+    expect_rejected(p, ROPE_ERR_BAD_STRIDE, {"q_out.strides[1]"});
+}
+
+TEST_F(Validation, CacheRowStrideBelowPairs) {
+    rope_params p = valid();
+    p.angles.cache_row_stride = kHeadDim / 2 - 1;
+    expect_rejected(p, ROPE_ERR_BAD_STRIDE, {"cache_row_stride"});
+}
+
+// --- positions (checked before any kernel runs: the bad one is the last token) ----------------------
+
+TEST_F(Validation, NegativePositionInt32Table) {
+    rope_params p = valid();
+    std::vector<int32_t> table(kBatch * kSeq, 1);
+    table.back() = -1;
+    p.positions.data = positions32(table);
+    p.positions.strides[0] = kSeq;
+    p.positions.strides[1] = 1;
+    expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE, {"positions", "-1"});
+}
+
+TEST_F(Validation, NegativePositionInt64Table) {
+    rope_params p = valid();
+    std::vector<int64_t> table(kBatch * kSeq, 1);
+    table.back() = std::numeric_limits<int64_t>::min();
+    p.positions.index_type = ROPE_INDEX_INT64;
+    p.positions.data = positions64(table);
+    p.positions.strides[0] = kSeq;
+    p.positions.strides[1] = 1;
+    expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE, {"positions"});
+}
+
+TEST_F(Validation, NegativeScalarOffset) {
+    rope_params p = valid();
+    p.positions = rope_positions{};
+    p.positions.kind = ROPE_POSITIONS_OFFSET;
+    p.positions.offset = -1;
+    expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE, {"offset", "-1"});
+}
+
+TEST_F(Validation, NegativeBatchOffset) {
+    rope_params p = valid();
+    p.positions = rope_positions{};
+    p.positions.kind = ROPE_POSITIONS_OFFSET;
+    p.positions.index_type = ROPE_INDEX_INT64;
+    p.positions.data = positions64({4, -3});
+    p.positions.strides[0] = 1;
+    expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE, {"positions"});
+}
+
+TEST_F(Validation, PositionAtCacheLen) {
+    rope_params p = valid();
+    std::vector<int32_t> table(kBatch * kSeq, 0);
+    table.back() = static_cast<int32_t>(p.angles.cache_len);  // one past the last row
+    p.positions.data = positions32(table);
+    p.positions.strides[0] = kSeq;
+    p.positions.strides[1] = 1;
+    expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE, {"cache_len"});
+}
+
+// offset + s reaches cache_len on the last token only.
+TEST_F(Validation, OffsetRunsPastCacheLen) {
+    rope_params p = valid();
+    p.positions = rope_positions{};
+    p.positions.offset = p.angles.cache_len - kSeq + 1;
+    expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE, {"cache_len"});
+    p.positions.offset = p.angles.cache_len - kSeq;  // the last token reads the last row: valid
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+}
+
+TEST_F(Validation, CacheLenNotPositive) {
+    for (int64_t cache_len : {0, -1}) {
+        rope_params p = valid();
+        p.positions = rope_positions{};
+        p.angles.cache_len = cache_len;
+        expect_rejected(p, ROPE_ERR_BAD_VALUE, {"cache_len"});
+    }
+}
+
+// Computed sources: an int64 position beyond int32 must be rejected or rotated by its true value,
+// never by a truncated one (2^32 + 5 read as 5).
+TEST(ValidationLargePositions, Int64PositionBeyondInt32) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_PRECISE, ROPE_DTYPE_F32, 64);
+    CaseSpec c;
+    c.source = ROPE_SOURCE_PRECISE;
+    c.batch = 1;
+    c.seq = 2;
+    c.q_heads = 1;
+    c.k_heads = 0;
+    c.positions.mode = PositionMode::Table;
+    c.positions.index_type = ROPE_INDEX_INT64;
+    c.positions.values = {(int64_t{1} << 32) + 5, 7};
+    RopeCall call(c);
+    const rope_status status = call.run(dispatch_runner());
+    if (status == ROPE_OK) {
+        EXPECT_TRUE(call.check_outputs());
+    } else {
+        EXPECT_EQ(status, ROPE_ERR_POSITION_OUT_OF_RANGE) << call.report().message;
+        EXPECT_TRUE(call.check_all_unchanged());
+    }
+}
+
+// --- aliasing ------------------------------------------------------------------------------------
+
+// q_out is q shifted by one element: each output overwrites the input of its neighbour.
+TEST_F(Validation, QOutShiftedByOneElementOverlapsQ) {
+    const Tensor buffer = Tensor::make(ROPE_DTYPE_F32, {kBatch, kSeq, kQHeads, kHeadDim}, Layout::BSHD, 1);
+    watch(buffer);
+    rope_params p = valid();
+    p.q = buffer.view(buffer.sizes(), 0, buffer.strides()).rope();
+    p.q_out = buffer.view(buffer.sizes(), 1, buffer.strides()).rope();
+    expect_rejected(p, ROPE_ERR_OVERLAP, {"q_out", "q"});
+}
+
+// Same data pointer, same footprint, other strides (BSHD read, SBHD written): token (b, s) would
+// land on another token's lanes, so this is not "exactly its input".
+TEST_F(Validation, QOutSameDataOtherStridesOverlapsQ) {
+    rope_params p = valid();
+    p.q_out = p.q;
+    p.q_out.strides[0] = kQHeads * kHeadDim;
+    p.q_out.strides[1] = kBatch * kQHeads * kHeadDim;
+    expect_rejected(p, ROPE_ERR_OVERLAP, {"q_out"});
+}
+
+TEST_F(Validation, QOutOverlapsKOut) {
+    rope_params p = valid();
+    p.k_out.data = p.q_out.data;
+    p.k_out.strides[0] = p.q_out.strides[0];
+    p.k_out.strides[1] = p.q_out.strides[1];
+    p.k_out.strides[2] = p.q_out.strides[2];
+    expect_rejected(p, ROPE_ERR_OVERLAP, {"k_out"});
+}
+
+TEST_F(Validation, KOutOverlapsQ) {
+    rope_params p = valid();
+    p.k_out.data = p.q.data;
+    p.k_out.strides[0] = p.q.strides[0];
+    p.k_out.strides[1] = p.q.strides[1];
+    p.k_out.strides[2] = p.q.strides[2];
+    expect_rejected(p, ROPE_ERR_OVERLAP, {"k_out"});
+}
+
+// SBHD views of one [seq, batch+1, heads, D] buffer, the output one batch item further: output
+// item b is input item b+1. Both views have identical strides and sit in one buffer.
+TEST_F(Validation, QOutShiftedByOneBatchItemInSbhdOverlapsQ) {
+    const Tensor buffer = Tensor::make(ROPE_DTYPE_F32, {kBatch + 1, kSeq, kQHeads, kHeadDim}, Layout::SBHD);
+    watch(buffer);
+    const Sizes sizes{kBatch, kSeq, kQHeads, kHeadDim};
+    rope_params p = valid();
+    p.q = buffer.view(sizes, 0, buffer.strides()).rope();
+    p.q_out = buffer.view(sizes, buffer.strides()[0], buffer.strides()).rope();
+    expect_rejected(p, ROPE_ERR_OVERLAP, {"q_out"});
+}
+
+// A batch stride that is not a multiple of the token stride: the shifted output's batch 0,
+// token 1 lands on the input's batch 1, token 0.
+TEST_F(Validation, OverlapThroughAnUnalignedBatchStride) {
+    // One head of 4 lanes; token stride 8, batch stride 12: input elements {0..3, 8..11} and
+    // {12..15, 20..23}; the output (4 elements later) {4..7, 12..15} and {16..19, 24..27}.
+    const Tensor buffer = Tensor::make(ROPE_DTYPE_F32, {1, 1, 1, 32});
+    watch(buffer);
+    const Sizes sizes{2, 2, 1, 4};
+    const Sizes strides{12, 8, 4, 1};
+    rope_params p = valid();
+    p.q = buffer.view(sizes, 0, strides).rope();
+    p.q_out = buffer.view(sizes, 4, strides).rope();
+    p.k = p.k_out = rope_tensor{};
+    p.positions = rope_positions{};
+    expect_rejected(p, ROPE_ERR_OVERLAP, {"q_out"});
+}
+
+// Packed QKV: q and k are disjoint head ranges of one buffer, so rotating them in place is valid.
+TEST_F(Validation, PackedQkvViewsAreNotAnOverlap) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, kHeadDim);
+    CaseSpec c = valid_case();
+    c.memory = Memory::PackedQkvInPlace;
+    expect_correct(c, dispatch_runner());
+}
+
+// --- enums ---------------------------------------------------------------------------------------
+
+TEST_F(Validation, UnknownStyle) {
+    rope_params p = valid();
+    store_raw(p.style, 7);
+    expect_rejected(p, ROPE_ERR_BAD_ENUM, {"style", "7"});
+}
+
+TEST_F(Validation, UnknownDirection) {
+    rope_params p = valid();
+    store_raw(p.direction, 9);
+    expect_rejected(p, ROPE_ERR_BAD_ENUM, {"direction", "9"});
+}
+
+TEST_F(Validation, UnknownDtype) {
+    rope_params p = valid();
+    for (rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
+        store_raw(t->dtype, 5);
+    }
+    expect_rejected(p, ROPE_ERR_BAD_ENUM, {"dtype", "5"});
+}
+
+TEST_F(Validation, UnknownSource) {
+    rope_params p = valid();
+    store_raw(p.angles.source, 9);
+    expect_rejected(p, ROPE_ERR_BAD_ENUM, {"source", "9"});
+}
+
+TEST_F(Validation, UnknownPositionsKind) {
+    rope_params p = valid();
+    store_raw(p.positions.kind, 4);
+    expect_rejected(p, ROPE_ERR_BAD_ENUM, {"kind", "4"});
+}
+
+TEST_F(Validation, UnknownIndexType) {
+    rope_params p = valid();
+    store_raw(p.positions.index_type, 3);
+    expect_rejected(p, ROPE_ERR_BAD_ENUM, {"index_type", "3"});
+}
+
+// --- ABI header ----------------------------------------------------------------------------------
+
+TEST_F(Validation, StructSizeTooSmall) {
+    for (uint32_t size : {uint32_t{0}, uint32_t{8}, static_cast<uint32_t>(sizeof(rope_params) - 4)}) {
+        rope_params p = valid();
+        p.struct_size = size;
+        expect_rejected(p, ROPE_ERR_ABI_MISMATCH, {"struct_size"});
+    }
+}
+
+TEST_F(Validation, UnknownAbiVersion) {
+    for (uint32_t version : {uint32_t{0}, uint32_t{ROPE_ABI_VERSION + 1}}) {
+        rope_params p = valid();
+        p.abi_version = version;
+        expect_rejected(p, ROPE_ERR_ABI_MISMATCH, {"abi_version"});
+    }
+}
+
+// --- scalars -------------------------------------------------------------------------------------
+
+TEST_F(Validation, NegativeNumThreads) {
+    rope_params p = valid();
+    p.num_threads = -1;
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"num_threads", "-1"});
+}
+
+TEST_F(Validation, BaseNotPositiveOrNaN) {
+    for (rope_source source : {ROPE_SOURCE_COMPAT, ROPE_SOURCE_PRECISE}) {
+        for (double base : {-1.0, -10000.0, std::nan(""), -std::numeric_limits<double>::infinity()}) {
+            SCOPED_TRACE(base);
+            rope_params p = valid();
+            p.angles = rope_angles{};
+            p.angles.source = source;
+            p.angles.base = base;
+            expect_rejected(p, ROPE_ERR_BAD_VALUE, {"base"});
+        }
+    }
+}
+
+TEST_F(Validation, AttnFactorNaN) {
+    rope_params p = valid();
+    p.angles = rope_angles{};
+    p.angles.source = ROPE_SOURCE_COMPAT;
+    p.angles.attn_factor = std::nanf("");
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"attn_factor"});
+}
+
+// --- the rest of the surface -----------------------------------------------------------------------
+
+TEST_F(Validation, QueryNamesAKernelWithoutTouchingOutputs) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, kHeadDim);
+    const rope_params p = valid();
+    rope_report report = rope_report_init();
+    ASSERT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+    EXPECT_EQ(report.status, ROPE_OK);
+    EXPECT_EQ(std::string(report.kernel).rfind("ropegen_half_cache_", 0), 0u) << report.kernel;
+    EXPECT_TRUE(snapshot_.unchanged());
+    // The kernel a query names is the one a dispatch runs.
+    rope_report ran = rope_report_init();
+    ASSERT_EQ(rope_dispatch(&p, &ran), ROPE_OK) << ran.message;
+    EXPECT_STREQ(ran.kernel, report.kernel);
+}
+
+TEST(StatusStrings, EveryStatusHasItsName) {
+    const char *const names[] = {"ROPE_OK",
+                                 "ROPE_ERR_NULL_POINTER",
+                                 "ROPE_ERR_BAD_ENUM",
+                                 "ROPE_ERR_DTYPE_MISMATCH",
+                                 "ROPE_ERR_BAD_HEAD_DIM",
+                                 "ROPE_ERR_BAD_ROTARY",
+                                 "ROPE_ERR_BAD_SHAPE",
+                                 "ROPE_ERR_SIZE_OVERFLOW",
+                                 "ROPE_ERR_BAD_STRIDE",
+                                 "ROPE_ERR_POSITION_OUT_OF_RANGE",
+                                 "ROPE_ERR_OVERLAP",
+                                 "ROPE_ERR_BAD_VALUE",
+                                 "ROPE_ERR_ABI_MISMATCH",
+                                 "ROPE_ERR_UNSUPPORTED",
+                                 "ROPE_ERR_INTERNAL"};
+    for (int status = ROPE_OK; status <= ROPE_ERR_INTERNAL; status++) {
+        const char *text = rope_status_string(static_cast<rope_status>(status));
+        ASSERT_NE(text, nullptr);
+        EXPECT_EQ(std::string(text).rfind(names[status], 0), 0u) << text;
+        EXPECT_GT(std::strlen(text), std::strlen(names[status])) << "the text should explain the status";
+    }
+    // An unknown status (an int no rope_status names) is checked from C in abi_c_test.c.
+}
+
+TEST(Version, StringAndAbi) {
+    int major = -1, minor = -1, patch = -1;
+    char rest = 0;
+    EXPECT_EQ(std::sscanf(rope_version_string(), "%d.%d.%d%c", &major, &minor, &patch, &rest), 3)
+        << "\"" << rope_version_string() << "\" is not major.minor.patch";
+    EXPECT_EQ(rope_abi_version(), static_cast<uint32_t>(ROPE_ABI_VERSION));
+}
+
+TEST_F(Validation, NullReportIsAccepted) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, kHeadDim);
+    rope_params bad = valid();
+    bad.rotary_dim = 31;
+    EXPECT_EQ(rope_dispatch(&bad, nullptr), ROPE_ERR_BAD_ROTARY);
+    EXPECT_EQ(rope_query(&bad, nullptr), ROPE_ERR_BAD_ROTARY);
+    EXPECT_TRUE(snapshot_.unchanged());
+    EXPECT_EQ(call_.run([](const rope_params *p, rope_report *) { return rope_dispatch(p, nullptr); }), ROPE_OK);
+    EXPECT_TRUE(call_.check_outputs());
+}
+
+// A report whose struct_size the library does not know is not written at all.
+TEST_F(Validation, ShortReportIsNotWritten) {
+    rope_params bad = valid();
+    bad.rotary_dim = 31;
+    rope_report report;
+    std::memset(&report, 0xab, sizeof(report));
+    report.struct_size = 8;
+    rope_report before;
+    std::memcpy(&before, &report, sizeof(report));
+    EXPECT_EQ(rope_dispatch(&bad, &report), ROPE_ERR_BAD_ROTARY);
+    EXPECT_EQ(std::memcmp(&before, &report, sizeof(report)), 0);
+}
+
+}  // namespace
+}  // namespace ropegen::test

@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: Apache-2.0
+// The dispatcher's choices (ISA cap, fixed vs any-head_dim kernel) and its threading: every
+// thread setting and an engine's own parallel runner give the same bits as the default.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/kernels.h"
+#include "support/rope_case.h"
+
+namespace ropegen::test {
+namespace {
+
+CaseSpec f32_case(int64_t head_dim) {
+    CaseSpec c;
+    c.head_dim = head_dim;
+    c.positions.scalar_offset = 5;
+    return c;
+}
+
+bool ends_with(const std::string &text, const std::string &suffix) {
+    return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// --- ISA cap -------------------------------------------------------------------------------------
+
+class IsaCapTest : public ::testing::TestWithParam<rope_isa> {
+protected:
+    void TearDown() override {
+        rope_set_max_isa(ROPE_ISA_NONE);
+    }
+};
+
+TEST_P(IsaCapTest, KernelComesFromTheCappedLevel) {
+    const rope_isa cap = GetParam();
+    if (cap > detected_isa()) {
+        GTEST_SKIP() << "cap " << isa_name(cap) << " is above what this CPU supports (" << isa_name(detected_isa())
+                     << "), so it cannot select " << isa_name(cap) << " kernels";
+    }
+    ASSERT_EQ(rope_set_max_isa(cap), ROPE_OK);
+    EXPECT_EQ(rope_active_isa(), cap);
+    for (int64_t head_dim : {128, 80}) {
+        RopeCall call(f32_case(head_dim));
+        const KernelEntry *expected = first_matching_kernel(call.params(), cap);
+        if (expected == nullptr) {
+            EXPECT_EQ(call.run(dispatch_runner()), ROPE_ERR_UNSUPPORTED);
+            continue;
+        }
+        // When the build has kernels of the cap's level (ROPEGEN_ISAS), they are the ones used.
+        ASSERT_EQ(call.run(dispatch_runner()), ROPE_OK) << call.report().message;
+        EXPECT_TRUE(ends_with(call.report().kernel, std::string("__") + isa_name(expected->isa)))
+            << call.report().kernel;
+        EXPECT_STREQ(call.report().kernel, expected->name);
+        EXPECT_LE(expected->isa, cap);
+        EXPECT_TRUE(call.check_outputs());
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dispatch, IsaCapTest, ::testing::Values(ROPE_ISA_AVX512, ROPE_ISA_AVX2, ROPE_ISA_SSE41),
+                         [](const ::testing::TestParamInfo<rope_isa> &info) { return isa_name(info.param); });
+
+TEST(IsaCap, NoneRestoresTheBestLevel) {
+    ASSERT_EQ(rope_set_max_isa(ROPE_ISA_SSE41), ROPE_OK);
+    EXPECT_EQ(rope_active_isa(), std::min(ROPE_ISA_SSE41, detected_isa()));
+    ASSERT_EQ(rope_set_max_isa(ROPE_ISA_NONE), ROPE_OK);
+    EXPECT_EQ(rope_active_isa(), detected_isa());
+}
+
+// --- kernel choice -------------------------------------------------------------------------------
+
+TEST(KernelChoice, AnyHeadDimKernelServesHeadDim80) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 80);
+    RopeCall call(f32_case(80));
+    ASSERT_EQ(call.run(dispatch_runner()), ROPE_OK) << call.report().message;
+    EXPECT_NE(std::string(call.report().kernel).find("_dany_"), std::string::npos) << call.report().kernel;
+    EXPECT_TRUE(call.check_outputs());
+}
+
+TEST(KernelChoice, FixedKernelServesHeadDim128) {
+    RopeCall call(f32_case(128));
+    const KernelEntry *expected = first_matching_kernel(call.params(), detected_isa());
+    if (expected == nullptr || expected->head_dim != 128) {
+        GTEST_SKIP() << "this build has no head_dim 128 kernel (ROPEGEN_HEAD_DIMS)";
+    }
+    ASSERT_EQ(call.run(dispatch_runner()), ROPE_OK) << call.report().message;
+    EXPECT_NE(std::string(call.report().kernel).find("_d128_"), std::string::npos) << call.report().kernel;
+    EXPECT_TRUE(call.check_outputs());
+}
+
+// Every key reaches the kernel of that key: style, source and dtype are never mixed up.
+TEST(KernelChoice, EveryKeyPicksItsKernel) {
+    for (rope_style style : {ROPE_STYLE_HALF, ROPE_STYLE_INTERLEAVED}) {
+        for (rope_source source : {ROPE_SOURCE_CACHE, ROPE_SOURCE_COMPAT, ROPE_SOURCE_PRECISE}) {
+            for (rope_dtype dtype : {ROPE_DTYPE_F32, ROPE_DTYPE_F16, ROPE_DTYPE_BF16}) {
+                for (int64_t head_dim : {64, 128, 256, 96}) {
+                    CaseSpec c = f32_case(head_dim);
+                    c.style = style;
+                    c.source = source;
+                    c.dtype = dtype;
+                    c.batch = c.seq = 1;
+                    SCOPED_TRACE(c.describe());
+                    RopeCall call(c);
+                    const rope_params p = call.params();
+                    rope_report report = rope_report_init();
+                    const KernelEntry *expected = first_matching_kernel(p, rope_active_isa());
+                    if (expected == nullptr) {
+                        EXPECT_EQ(rope_query(&p, &report), ROPE_ERR_UNSUPPORTED);
+                        continue;
+                    }
+                    ASSERT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+                    EXPECT_STREQ(report.kernel, expected->name);
+                }
+            }
+        }
+    }
+}
+
+// --- threads -------------------------------------------------------------------------------------
+
+/// A call with enough tokens for many parallel tasks, and its default-settings result.
+class ThreadingTest : public ::testing::Test {
+protected:
+    static CaseSpec big_case() {
+        CaseSpec c;
+        c.source = ROPE_SOURCE_COMPAT;
+        c.head_dim = 128;
+        c.batch = 3;
+        c.seq = 67;
+        c.q_heads = 4;
+        c.k_heads = 2;
+        c.positions = random_table(c, 0, 100000, ROPE_INDEX_INT32, 3);
+        return c;
+    }
+
+    void SetUp() override {
+        ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_COMPAT, ROPE_DTYPE_F32, 128);
+        reference_ = std::make_unique<RopeCall>(big_case());
+        ASSERT_EQ(reference_->run(dispatch_runner()), ROPE_OK) << reference_->report().message;
+        ASSERT_TRUE(reference_->check_outputs());
+    }
+
+    void TearDown() override {
+        rope_set_parallel_runner(nullptr, nullptr);
+        rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    }
+
+    /// Runs the case again (with `num_threads` in the params) and compares bits with the default run.
+    void expect_same_result(int32_t num_threads) const {
+        CaseSpec c = big_case();
+        c.num_threads = num_threads;
+        RopeCall call(c);
+        ASSERT_EQ(call.run(dispatch_runner()), ROPE_OK) << call.report().message;
+        EXPECT_TRUE(same_bits(call.q_out, reference_->q_out));
+        EXPECT_TRUE(same_bits(call.k_out, reference_->k_out));
+    }
+
+    std::unique_ptr<RopeCall> reference_;
+};
+
+TEST_F(ThreadingTest, ParamsNumThreadsGiveIdenticalResults) {
+    for (int32_t threads : {1, 2, 3, 64}) {
+        SCOPED_TRACE(threads);
+        expect_same_result(threads);
+    }
+}
+
+TEST_F(ThreadingTest, SetNumThreadsGivesIdenticalResults) {
+    for (int threads : {1, 3}) {
+        SCOPED_TRACE(threads);
+        ASSERT_EQ(rope_set_num_threads(threads), ROPE_OK);
+        expect_same_result(0);
+    }
+}
+
+TEST(Threads, SetNumThreadsRejectsBelowOne) {
+    EXPECT_EQ(rope_set_num_threads(0), ROPE_ERR_BAD_VALUE);
+    EXPECT_EQ(rope_set_num_threads(-4), ROPE_ERR_BAD_VALUE);
+}
+
+/// An engine pool that runs a loop's tasks on two threads of its own, in reverse order (the
+/// contract allows any thread and any order), counting what it was given.
+struct CountingPool {
+    std::atomic<int> loops{0};
+    std::atomic<int> tasks{0};
+
+    static int run(void *pool, int (*task)(void *, int), void *task_context, int count) {
+        auto *self = static_cast<CountingPool *>(pool);
+        self->loops++;
+        std::atomic<int> first_error{0};
+        auto worker = [&](int parity) {
+            for (int i = count - 1; i >= 0; i--) {
+                if (i % 2 == parity) {
+                    self->tasks++;
+                    const int result = task(task_context, i);
+                    int expected = 0;
+                    if (result != 0) {
+                        first_error.compare_exchange_strong(expected, result);
+                    }
+                }
+            }
+        };
+        std::thread odd(worker, 1);
+        worker(0);
+        odd.join();
+        return first_error.load();
+    }
+};
+
+TEST_F(ThreadingTest, EngineParallelRunnerIsUsed) {
+    CountingPool pool;
+    rope_set_parallel_runner(&CountingPool::run, &pool);
+    expect_same_result(0);
+    EXPECT_GT(pool.loops.load(), 0) << "the kernels' parallel loops should run on the engine's pool";
+    EXPECT_GE(pool.tasks.load(), 2 * pool.loops.load()) << "each loop handed over should have several tasks";
+
+    // num_threads = 1 means the calling thread only: the engine's pool is not asked.
+    const int loops = pool.loops.load();
+    expect_same_result(1);
+    EXPECT_EQ(pool.loops.load(), loops);
+
+    // Removing the runner returns the loops to the library's pool.
+    rope_set_parallel_runner(nullptr, nullptr);
+    expect_same_result(0);
+    EXPECT_EQ(pool.loops.load(), loops);
+}
+
+// A task failure reported by the engine's runner becomes the call's status, not a crash.
+TEST_F(ThreadingTest, EngineRunnerErrorIsReported) {
+    struct Failing {
+        static int run(void *, int (*)(void *, int), void *, int) {
+            return -1;
+        }
+    };
+    rope_set_parallel_runner(&Failing::run, nullptr);
+    RopeCall call(big_case());
+    EXPECT_EQ(call.run(dispatch_runner()), ROPE_ERR_INTERNAL);
+    EXPECT_NE(std::string(call.report().message), "");
+}
+
+// rope_dispatch() is thread-safe and re-entrant: calls of different keys from several threads at
+// once give the bits the same calls give one at a time.
+TEST(Concurrency, CallsFromManyThreadsMatchSerialCalls) {
+    std::vector<CaseSpec> cases;
+    for (rope_source source : {ROPE_SOURCE_CACHE, ROPE_SOURCE_COMPAT, ROPE_SOURCE_PRECISE}) {
+        for (rope_style style : {ROPE_STYLE_HALF, ROPE_STYLE_INTERLEAVED}) {
+            CaseSpec c;
+            c.source = source;
+            c.style = style;
+            c.head_dim = style == ROPE_STYLE_HALF ? 128 : 96;
+            c.batch = 2;
+            c.seq = 33;
+            c.positions = random_table(c, 0, 4000, ROPE_INDEX_INT32, cases.size() + 1);
+            c.seed = cases.size() + 1;
+            if (missing_kernel_reason(style, source, c.dtype, c.head_dim).empty()) {
+                cases.push_back(c);
+            }
+        }
+    }
+    if (cases.empty()) {
+        GTEST_SKIP() << missing_kernel_reason(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 128);
+    }
+    std::vector<std::unique_ptr<RopeCall>> serial;
+    for (const CaseSpec &c : cases) {
+        serial.push_back(std::make_unique<RopeCall>(c));
+        ASSERT_EQ(serial.back()->run(dispatch_runner()), ROPE_OK) << serial.back()->report().message;
+    }
+    constexpr int kRepeats = 4;
+    std::vector<int> mismatches(cases.size(), 0);
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < cases.size(); i++) {
+        threads.emplace_back([&, i] {
+            for (int r = 0; r < kRepeats; r++) {
+                RopeCall call(cases[i]);
+                if (call.run(dispatch_runner()) != ROPE_OK || !same_bits(call.q_out, serial[i]->q_out) ||
+                    !same_bits(call.k_out, serial[i]->k_out)) {
+                    mismatches[i]++;
+                }
+            }
+        });
+    }
+    for (std::thread &t : threads) {
+        t.join();
+    }
+    for (size_t i = 0; i < cases.size(); i++) {
+        EXPECT_EQ(mismatches[i], 0) << cases[i].describe();
+    }
+}
+
+}  // namespace
+}  // namespace ropegen::test

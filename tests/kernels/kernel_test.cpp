@@ -1,0 +1,325 @@
+// SPDX-License-Identifier: Apache-2.0
+// Every generated kernel, run directly through ropegen::run_kernel (not only the one the
+// dispatcher would pick), against the fp64 oracle with the tolerances of spec §7. One
+// parameterized instance per kernel: Kernels/KernelTest.<Test>/<kernel name>.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "support/kernels.h"
+#include "support/rope_case.h"
+
+namespace ropegen::test {
+namespace {
+
+class KernelTest : public ::testing::TestWithParam<const KernelEntry *> {
+protected:
+    void SetUp() override {
+        const std::string reason = unsupported_reason(kernel());
+        if (!reason.empty()) {
+            GTEST_SKIP() << reason;
+        }
+    }
+
+    const KernelEntry &kernel() const {
+        return *GetParam();
+    }
+
+    /// A small call of this kernel's key: fixed kernels get their head_dim, the any-head_dim
+    /// kernel 80 (40 pairs: not a multiple of any vector width).
+    CaseSpec base_case() const {
+        CaseSpec c;
+        c.style = kernel().style;
+        c.dtype = kernel().dtype;
+        c.source = kernel().source;
+        c.head_dim = kernel().head_dim != 0 ? kernel().head_dim : 80;
+        c.positions.scalar_offset = 3;
+        return c;
+    }
+
+    void expect_ok(const CaseSpec &spec) const {
+        expect_correct(spec, kernel_runner(kernel()), kernel().name);
+    }
+
+    /// The kernel must refuse `spec` (another key) without writing anything.
+    void expect_refused(const CaseSpec &spec) const {
+        SCOPED_TRACE(spec.describe());
+        RopeCall call(spec);
+        EXPECT_EQ(call.run(kernel_runner(kernel())), ROPE_ERR_UNSUPPORTED);
+        EXPECT_NE(std::string(call.report().message).find(kernel().name), std::string::npos)
+            << "message: " << call.report().message;
+        EXPECT_TRUE(call.check_all_unchanged());
+    }
+};
+
+TEST_P(KernelTest, Random) {
+    expect_ok(base_case());
+}
+
+TEST_P(KernelTest, Inverse) {
+    CaseSpec c = base_case();
+    c.direction = ROPE_INVERSE;
+    c.positions = random_table(c, 0, 500, ROPE_INDEX_INT32, 7);
+    expect_ok(c);
+}
+
+// Huge, subnormal, signed-zero, NaN and Inf inputs: finite results within tolerance, NaN and Inf
+// wherever the oracle's arithmetic produces them (position 0 included, where sin is 0 and
+// Inf * 0 is NaN), and no flush of subnormals to zero.
+TEST_P(KernelTest, Adversarial) {
+    for (uint64_t seed : {11u, 12u, 13u}) {
+        CaseSpec c = base_case();
+        c.fill = Fill::Adversarial;
+        c.seed = seed;
+        c.seq = 6;
+        c.positions.scalar_offset = 0;
+        expect_ok(c);
+    }
+}
+
+// Token and head counts that fill no vector or task evenly.
+TEST_P(KernelTest, OddShapes) {
+    struct Shape {
+        int64_t batch, seq, q_heads, k_heads;
+    };
+    for (const Shape &shape : {Shape{1, 1, 1, 1}, Shape{1, 19, 2, 1}, Shape{3, 7, 1, 3}, Shape{2, 17, 5, 0}}) {
+        CaseSpec c = base_case();
+        c.batch = shape.batch;
+        c.seq = shape.seq;
+        c.q_heads = shape.q_heads;
+        c.k_heads = shape.k_heads;
+        expect_ok(c);
+    }
+}
+
+// The any-head_dim kernel serves every even head_dim; a fixed one only its own.
+TEST_P(KernelTest, HeadDims) {
+    if (kernel().head_dim == 0) {
+        for (int64_t head_dim : {2, 64, 80, 96, 130}) {
+            CaseSpec c = base_case();
+            c.head_dim = head_dim;
+            expect_ok(c);
+        }
+        return;
+    }
+    for (int64_t head_dim : {int64_t{80}, int64_t{kernel().head_dim} + 2, int64_t{kernel().head_dim} * 2}) {
+        CaseSpec c = base_case();
+        c.head_dim = head_dim;
+        expect_refused(c);
+    }
+}
+
+// Keys other than the kernel's (style, source, dtype) are refused, not computed wrongly.
+TEST_P(KernelTest, RejectsOtherKeys) {
+    CaseSpec c = base_case();
+    c.style = kernel().style == ROPE_STYLE_HALF ? ROPE_STYLE_INTERLEAVED : ROPE_STYLE_HALF;
+    expect_refused(c);
+    c = base_case();
+    c.source = static_cast<rope_source>((kernel().source + 1) % 3);
+    expect_refused(c);
+    c = base_case();
+    c.dtype = static_cast<rope_dtype>((kernel().dtype + 1) % 3);
+    expect_refused(c);
+}
+
+// rotary_dim < head_dim and rotary_offset > 0: the other lanes are bit-exact copies.
+TEST_P(KernelTest, PartialRotary) {
+    const int d = static_cast<int>(base_case().head_dim);
+    struct Slice {
+        int rotary_dim, rotary_offset;
+    };
+    const int quarter = d / 4 - (d / 4) % 2;
+    for (const Slice &slice : {Slice{d / 2, 0}, Slice{quarter, quarter}, Slice{2, d - 2}, Slice{d - 2, 1},
+                               Slice{d - 2, 2}}) {
+        for (Memory memory : {Memory::Separate, Memory::InPlace}) {
+            CaseSpec c = base_case();
+            c.rotary_dim = slice.rotary_dim;
+            c.rotary_offset = slice.rotary_offset;
+            c.memory = memory;
+            c.fill = Fill::Adversarial;  // NaN payloads in pass-through lanes must survive the copy
+            expect_ok(c);
+        }
+    }
+}
+
+// Every memory order through strides, padded heads, and outputs in another order than inputs.
+TEST_P(KernelTest, Layouts) {
+    struct Variant {
+        Layout in;
+        Layout out;
+        int64_t row_pad;
+    };
+    for (const Variant &v : {Variant{Layout::BHSD, Layout::BHSD, 0}, Variant{Layout::SBHD, Layout::SBHD, 0},
+                             Variant{Layout::BSHD, Layout::BSHD, 3}, Variant{Layout::BHSD, Layout::BSHD, 0},
+                             Variant{Layout::SBHD, Layout::BHSD, 2}}) {
+        CaseSpec c = base_case();
+        c.layout = v.in;
+        c.out_layout = v.out;
+        c.row_pad = v.row_pad;
+        c.seq = 9;
+        expect_ok(c);
+    }
+}
+
+// Cache rows wider than R/2 (one table for several rotary_dims).
+TEST_P(KernelTest, CacheRowStride) {
+    CaseSpec c = base_case();
+    c.cache_row_pad = 5;
+    c.rotary_dim = static_cast<int>(c.head_dim) / 2;
+    // Computed sources ignore the cache fields; the call must still be right.
+    expect_ok(c);
+}
+
+// q and k as views into one fused QKV buffer, out of place and in place; v stays untouched.
+TEST_P(KernelTest, PackedQkv) {
+    for (Memory memory : {Memory::PackedQkv, Memory::PackedQkvInPlace}) {
+        CaseSpec c = base_case();
+        c.memory = memory;
+        c.q_heads = 4;
+        c.k_heads = 2;
+        expect_ok(c);
+    }
+}
+
+TEST_P(KernelTest, InPlace) {
+    for (Layout layout : {Layout::BSHD, Layout::BHSD}) {
+        CaseSpec c = base_case();
+        c.memory = Memory::InPlace;
+        c.layout = layout;
+        expect_ok(c);
+    }
+}
+
+// Different head counts for q and k (GQA, MQA) and q alone.
+TEST_P(KernelTest, GroupedQueryAttention) {
+    for (int64_t k_heads : {4, 1, 0}) {
+        CaseSpec c = base_case();
+        c.q_heads = 8;
+        c.k_heads = k_heads;
+        c.batch = 1;
+        expect_ok(c);
+    }
+}
+
+TEST_P(KernelTest, Positions) {
+    CaseSpec c = base_case();
+    c.batch = 3;
+    c.seq = 4;
+
+    CaseSpec table32 = c;
+    table32.positions = random_table(c, 0, 2000, ROPE_INDEX_INT32, 21);
+    table32.positions.pad = 2;
+    expect_ok(table32);
+
+    CaseSpec table64 = c;
+    table64.positions = random_table(c, 0, 2000, ROPE_INDEX_INT64, 22);
+    table64.positions.transposed = true;  // stored [seq][batch]
+    table64.positions.pad = 1;
+    expect_ok(table64);
+
+    CaseSpec shared = c;  // one row of positions for every batch item: batch stride 0
+    shared.positions.mode = PositionMode::Table;
+    shared.positions.index_type = ROPE_INDEX_INT64;
+    shared.positions.shared_rows = true;
+    shared.positions.values = {9, 3, 200, 0};
+    expect_ok(shared);
+
+    CaseSpec scalar = c;
+    scalar.positions.scalar_offset = 11;
+    expect_ok(scalar);
+
+    for (rope_index_type index_type : {ROPE_INDEX_INT32, ROPE_INDEX_INT64}) {
+        CaseSpec offsets = c;
+        offsets.positions.mode = PositionMode::BatchOffsets;
+        offsets.positions.index_type = index_type;
+        offsets.positions.values = {0, 7, 1000};
+        offsets.positions.pad = index_type == ROPE_INDEX_INT64 ? 1 : 0;
+        expect_ok(offsets);
+    }
+}
+
+// Long contexts: precise up to 2^24 - 1, compat at 100k..131k (large f32 angles need a full range
+// reduction), the cache up to its last row.
+TEST_P(KernelTest, LargePositions) {
+    CaseSpec c = base_case();
+    c.batch = 2;
+    c.seq = 4;
+    switch (kernel().source) {
+        case ROPE_SOURCE_PRECISE:
+            c.positions.mode = PositionMode::Table;
+            c.positions.index_type = ROPE_INDEX_INT64;
+            c.positions.values = {16777215, 16777214, 8400000, 12345678, 4194305, 1, 16000000, 9999991};
+            break;
+        case ROPE_SOURCE_COMPAT:
+            c.positions = random_table(c, 100000, 131072, ROPE_INDEX_INT32, 31);
+            c.positions.values[0] = 131072;
+            c.positions.values[1] = 100000;
+            break;
+        case ROPE_SOURCE_CACHE:
+            c.positions = random_table(c, 3000, 4096, ROPE_INDEX_INT32, 32);
+            c.positions.values[0] = 4095;
+            c.cache_len = 4096;
+            break;
+    }
+    expect_ok(c);
+}
+
+// A non-default base and attn_factor (the cache is built with them).
+TEST_P(KernelTest, BaseAndAttnFactor) {
+    for (double base : {500000.0, 10.0}) {
+        CaseSpec c = base_case();
+        c.base = base;
+        c.attn_factor = 0.75f;
+        c.positions = random_table(c, 0, 3000, ROPE_INDEX_INT32, 41);
+        expect_ok(c);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, KernelTest, ::testing::ValuesIn(all_kernels()),
+                         [](const ::testing::TestParamInfo<const KernelEntry *> &info) { return std::string(info.param->name); });
+
+// The table itself: unique names that spell their key, and an any-head_dim kernel for every
+// (isa, style, source, dtype) so that every even head_dim has a kernel.
+TEST(KernelTable, NamesSpellTheirKeys) {
+    const std::vector<const KernelEntry *> kernels = all_kernels();
+    ASSERT_FALSE(kernels.empty());
+    std::set<std::string> names;
+    for (const KernelEntry *k : kernels) {
+        const std::string head = k->head_dim == 0 ? "any" : std::to_string(k->head_dim);
+        const std::string expected = std::string("ropegen_") + reference::style_name(k->style) + "_" +
+                                     reference::source_name(k->source) + "_d" + head + "_" +
+                                     reference::dtype_name(k->dtype) + "__" + isa_name(k->isa);
+        EXPECT_EQ(k->name, expected);
+        EXPECT_TRUE(names.insert(k->name).second) << "duplicate kernel " << k->name;
+    }
+}
+
+TEST(KernelTable, EveryKeyHasAnAnyHeadDimKernel) {
+    std::set<std::string> any_keys;
+    for (const KernelEntry *k : all_kernels()) {
+        if (k->head_dim == 0) {
+            any_keys.insert(std::to_string(k->isa) + "/" + std::to_string(k->style) + "/" + std::to_string(k->source) +
+                            "/" + std::to_string(k->dtype));
+        }
+    }
+    for (const KernelEntry *k : all_kernels()) {
+        const std::string key = std::to_string(k->isa) + "/" + std::to_string(k->style) + "/" +
+                                std::to_string(k->source) + "/" + std::to_string(k->dtype);
+        EXPECT_EQ(any_keys.count(key), 1u) << k->name << " has no any-head_dim sibling";
+    }
+}
+
+TEST(KernelTable, BestIsaFirst) {
+    const std::vector<const KernelEntry *> kernels = all_kernels();
+    for (size_t i = 1; i < kernels.size(); i++) {
+        EXPECT_GE(kernels[i - 1]->isa, kernels[i]->isa) << kernels[i - 1]->name << " before " << kernels[i]->name;
+        if (kernels[i - 1]->isa == kernels[i]->isa && kernels[i]->head_dim != 0) {
+            EXPECT_NE(kernels[i - 1]->head_dim, 0) << "fixed head_dim kernel " << kernels[i]->name
+                                                   << " after an any-head_dim one of the same ISA";
+        }
+    }
+}
+
+}  // namespace
+}  // namespace ropegen::test

@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+// The test oracle: RoPE in fp64 from the rotation-matrix definition of ROPE_SPEC.md §2, plus what
+// the tests need around it (the angles of each source, a cos/sin cache, f16/bf16 rounding, ulp
+// distances and the §7 tolerances). Nothing here uses the library, so it can judge it.
+#pragma once
+
+#include <complex>
+#include <cstdint>
+#include <vector>
+
+#include "ropegen/rope.h"
+
+namespace ropegen::reference {
+
+// --- spec §7 tolerances, as fractions of max(|x_pair|) ---------------------------------------
+/// f32 with the cache source: a couple of ulps.
+inline constexpr double kCacheRelTol = 0x1p-22;
+/// compat source: against the fp64 rotation by the same f32 angles.
+inline constexpr double kCompatRelTol = 0x1p-22;
+/// precise source: against the exact rotation, positions below 2^24.
+inline constexpr double kPreciseRelTol = 0x1p-21;
+/// f16/bf16: the alternative absolute bound to "within kHalfUlps of y_ref rounded".
+inline constexpr double kSixteenBitRelTol = 0x1p-22;
+/// f16/bf16: ulps allowed against y_ref rounded to the dtype.
+inline constexpr int64_t kSixteenBitUlps = 1;
+/// The spec's positions bound for the precise source.
+inline constexpr int64_t kPreciseMaxPosition = (int64_t{1} << 24) - 1;
+/// Absolute slack for f32 results in the subnormal range, where the relative bound above is
+/// smaller than one subnormal step: the f32 rotation rounds three times (two products, one sum),
+/// each by at most half a subnormal step. The spec is silent there; "a couple of ulps" holds.
+inline constexpr double kF32SubnormalSlack = 2 * 0x1p-149;
+
+/// The tolerance of §7 for an f32 result of `source` (relative to max(|x_pair|)), scaled by
+/// |attn_factor| when it exceeds 1 since cos and sin are scaled by it (the spec assumes <= 1).
+double relative_tolerance(rope_source source, double attn_factor = 1.0);
+
+// --- storage dtypes --------------------------------------------------------------------------
+size_t dtype_size(rope_dtype dtype);
+const char *dtype_name(rope_dtype dtype);
+const char *style_name(rope_style style);
+const char *source_name(rope_source source);
+
+/// Rounds to nearest even into IEEE binary16; NaN stays NaN (quiet, top payload bits kept).
+uint16_t f16_from_double(double value);
+double f16_to_double(uint16_t bits);
+/// Rounds to nearest even into bfloat16; NaN stays NaN.
+uint16_t bf16_from_double(double value);
+double bf16_to_double(uint16_t bits);
+
+/// The storage bits of `value` rounded (once, nearest even) to `dtype`; for f32 the low 32 bits.
+uint32_t encode(double value, rope_dtype dtype);
+/// The exact value of storage bits of `dtype`.
+double decode(uint32_t bits, rope_dtype dtype);
+/// `value` rounded once to `dtype`, as a double.
+double round_to(double value, rope_dtype dtype);
+/// Distance in ulps between two finite or infinite values of `dtype` given as bits (-0 == +0).
+int64_t ulp_distance(uint32_t a_bits, uint32_t b_bits, rope_dtype dtype);
+
+// --- frequencies and angles (spec §1, §5) ----------------------------------------------------
+/// compat inv_freq: f32(1 / f32(powf(base, f32(2i)/R))), powf correctly rounded.
+std::vector<float> compat_inv_freq(double base, int rotary_dim);
+/// compat angle: f32(float(m) * inv_freq), one rounding.
+float compat_angle(int64_t position, float inv_freq);
+/// The exact angle m * base^(-2i/R), in long double (64-bit mantissa).
+long double exact_angle(int64_t position, int pair, int rotary_dim, double base);
+
+/// cos and sin of the P pairs of one token, already multiplied by attn_factor.
+struct CosSin {
+    std::vector<double> cos, sin;
+};
+/// compat: exact cos/sin of the f32 angles of compat_angle().
+CosSin compat_cos_sin(int64_t position, int rotary_dim, double base, double attn_factor);
+/// precise: cos/sin of the exact angles.
+CosSin exact_cos_sin(int64_t position, int rotary_dim, double base, double attn_factor);
+
+/// A cos/sin table for the cache source: rows 0..len-1, row_stride >= P floats a row, each the
+/// exact cos/sin times attn_factor rounded to f32; padding holds NaN so that reading it shows.
+struct CosSinCache {
+    int64_t len = 0, row_stride = 0;
+    std::vector<float> cos, sin;
+};
+CosSinCache build_cache(int64_t len, int rotary_dim, int64_t row_stride, double base, double attn_factor);
+/// The values the cache source reads for `position` (the f32 table entries, exactly).
+CosSin cache_cos_sin(const CosSinCache &cache, int64_t position, int rotary_dim);
+
+/// The inverse direction (spec §3) is the same rotation with s -> -s.
+CosSin for_direction(CosSin cs, rope_direction direction);
+
+// --- the rotation (spec §2) --------------------------------------------------------------------
+/// The two lanes of pair i (absolute lanes, offset o included).
+struct PairLanes {
+    int a, b;
+};
+PairLanes pair_lanes(rope_style style, int pair, int rotary_dim, int rotary_offset);
+/// The other lane of `lane`'s pair, or -1 for a lane outside the rotary slice.
+int partner_lane(rope_style style, int lane, int rotary_dim, int rotary_offset);
+
+/// The D x D block rotation of one token: identity outside [o, o+R), [[c,-s],[s,c]] on the lanes
+/// of each pair. `structural[j*D+k]` marks entries that are part of the definition (the
+/// identity's diagonal and the 2x2 blocks) as opposed to the zeros around them.
+struct RotationMatrix {
+    int dim = 0;
+    std::vector<double> m;
+    std::vector<bool> structural;
+    /// y = M x, summing only structural entries: an Inf in x must not turn a lane it does not
+    /// feed into NaN through a structural 0 * Inf; a block's 0 (sin at position 0) still does,
+    /// as it does in the kernel's arithmetic.
+    std::vector<double> apply(const std::vector<double> &x) const;
+};
+RotationMatrix rotation_matrix(int head_dim, int rotary_dim, int rotary_offset, rope_style style, const CosSin &cs);
+
+/// The pair form of §2 (y[a] = x[a]c - x[b]s, y[b] = x[b]c + x[a]s); lanes outside copied.
+std::vector<double> rotate_pairs(const std::vector<double> &x, int rotary_dim, int rotary_offset, rope_style style,
+                                 const CosSin &cs);
+/// The complex form of §8: (x_a + i x_b) * (c + i s).
+std::vector<double> rotate_complex(const std::vector<double> &x, int rotary_dim, int rotary_offset, rope_style style,
+                                   const CosSin &cs);
+
+/// Lane permutation Pm of §2: lane i -> 2i and lane i+P -> 2i+1 within the rotary slice.
+std::vector<int> half_to_interleaved_permutation(int head_dim, int rotary_dim, int rotary_offset);
+
+}  // namespace ropegen::reference

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "kernels.h"
+
+namespace ropegen::test {
+
+std::vector<const KernelEntry *> all_kernels() {
+    size_t count = 0;
+    const KernelEntry *table = kernel_table(&count);
+    std::vector<const KernelEntry *> entries;
+    for (size_t i = 0; i < count; i++) {
+        entries.push_back(&table[i]);
+    }
+    return entries;
+}
+
+const char *isa_name(rope_isa isa) {
+    switch (isa) {
+        case ROPE_ISA_AVX512: return "avx512";
+        case ROPE_ISA_AVX2: return "avx2";
+        case ROPE_ISA_SSE41: return "sse41";
+        case ROPE_ISA_NONE: break;
+    }
+    return "none";
+}
+
+Runner kernel_runner(const KernelEntry &kernel) {
+    return [&kernel](const rope_params *params, rope_report *report) { return run_kernel(kernel, params, report); };
+}
+
+const KernelEntry *first_matching_kernel(const rope_params &params, rope_isa max_isa) {
+    for (const KernelEntry *k : all_kernels()) {
+        if (k->isa <= max_isa && kernel_matches(*k, params)) {
+            return k;
+        }
+    }
+    return nullptr;
+}
+
+std::string missing_kernel_reason(const rope_params &params) {
+    if (first_matching_kernel(params, rope_active_isa()) != nullptr) {
+        return "";
+    }
+    return std::string("this build has no ") + reference::style_name(params.style) + " " +
+           reference::source_name(params.angles.source) + " " + reference::dtype_name(params.q.dtype) +
+           " kernel for head_dim " + std::to_string(params.q.sizes[3]) + " at ISA level " +
+           isa_name(rope_active_isa()) + " (see ROPEGEN_DTYPES, ROPEGEN_HEAD_DIMS, ROPEGEN_ISAS)";
+}
+
+std::string missing_kernel_reason(rope_style style, rope_source source, rope_dtype dtype, int64_t head_dim) {
+    rope_params params = rope_params_init();
+    params.style = style;
+    params.angles.source = source;
+    params.q.dtype = dtype;
+    params.q.sizes[3] = head_dim;
+    return missing_kernel_reason(params);
+}
+
+std::string unsupported_reason(const KernelEntry &kernel) {
+    if (kernel.isa <= detected_isa()) {
+        return "";
+    }
+    return std::string(kernel.name) + " needs " + isa_name(kernel.isa) + " but this CPU supports only " +
+           isa_name(detected_isa());
+}
+
+}  // namespace ropegen::test

@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+// Access to the generated kernel table for tests: entries, ISA names, runners.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "internal/kernel_table.h"
+#include "support/rope_case.h"
+
+namespace ropegen::test {
+
+/// Every kernel the build emitted, in table order.
+std::vector<const KernelEntry *> all_kernels();
+/// "avx512", "avx2", "sse41" (the kernel-name suffixes) or "none".
+const char *isa_name(rope_isa isa);
+/// A runner that runs exactly `kernel` through ropegen::run_kernel.
+Runner kernel_runner(const KernelEntry &kernel);
+/// The kernel the documented rule picks: the first table entry (best ISA first, fixed head_dim
+/// before the any-head_dim kernel) that serves `params` at or below `max_isa`; nullptr if none.
+const KernelEntry *first_matching_kernel(const rope_params &params, rope_isa max_isa);
+/// Why no built kernel can serve `params` at the active ISA level (a build may leave dtypes,
+/// head_dims or ISAs out: ROPEGEN_DTYPES...), or empty when one can.
+std::string missing_kernel_reason(const rope_params &params);
+std::string missing_kernel_reason(rope_style style, rope_source source, rope_dtype dtype, int64_t head_dim);
+/// Skips the current test, with the reason, when the build has no kernel for the key given as
+/// missing_kernel_reason()'s arguments.
+#define ROPEGEN_SKIP_UNLESS_BUILT(...)                                                             \
+    if (const std::string ropegen_reason_ = ::ropegen::test::missing_kernel_reason(__VA_ARGS__);   \
+        !ropegen_reason_.empty())                                                                  \
+    GTEST_SKIP() << ropegen_reason_
+
+/// Why `kernel` cannot run here, or empty when it can.
+std::string unsupported_reason(const KernelEntry &kernel);
+
+}  // namespace ropegen::test

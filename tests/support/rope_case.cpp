@@ -1,0 +1,429 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "rope_case.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+namespace ropegen::test {
+
+namespace ref = ropegen::reference;
+
+namespace {
+
+const char *memory_name(Memory memory) {
+    switch (memory) {
+        case Memory::Separate: return "separate";
+        case Memory::InPlace: return "in-place";
+        case Memory::PackedQkv: return "packed-qkv";
+        case Memory::PackedQkvInPlace: return "packed-qkv-in-place";
+    }
+    return "?";
+}
+
+const char *position_mode_name(PositionMode mode) {
+    switch (mode) {
+        case PositionMode::ScalarOffset: return "scalar-offset";
+        case PositionMode::BatchOffsets: return "batch-offsets";
+        case PositionMode::Table: return "table";
+    }
+    return "?";
+}
+
+// Collects the first few failures of a check and counts the rest.
+class Failures {
+public:
+    template <typename... Parts>
+    void add(const Parts &...parts) {
+        if (count_++ < kShown) {
+            (text_ << ... << parts) << "\n";
+        }
+    }
+    ::testing::AssertionResult result(const char *what) const {
+        if (count_ == 0) {
+            return ::testing::AssertionSuccess();
+        }
+        return ::testing::AssertionFailure() << what << ": " << count_ << " failure(s); first ones:\n" << text_.str();
+    }
+
+private:
+    static constexpr int kShown = 8;
+    int count_ = 0;
+    std::ostringstream text_;
+};
+
+std::string hex(uint32_t bits) {
+    std::ostringstream out;
+    out << "0x" << std::hex << bits;
+    return out.str();
+}
+
+}  // namespace
+
+std::string CaseSpec::describe() const {
+    std::ostringstream out;
+    out << ref::style_name(style) << " " << ref::source_name(source) << " " << ref::dtype_name(dtype) << " "
+        << (direction == ROPE_FORWARD ? "forward" : "inverse") << " B=" << batch << " S=" << seq << " Hq=" << q_heads
+        << " Hk=" << k_heads << " D=" << head_dim << " R=" << effective_rotary_dim() << " o=" << rotary_offset << " "
+        << layout_name(layout);
+    if (out_layout) {
+        out << "->" << layout_name(*out_layout);
+    }
+    out << " pad=" << row_pad << " " << memory_name(memory) << " positions=" << position_mode_name(positions.mode)
+        << (positions.index_type == ROPE_INDEX_INT64 ? "/i64" : "/i32") << " base=" << base << " attn=" << attn_factor
+        << " seed=" << seed;
+    return out.str();
+}
+
+RopeCall::RopeCall(CaseSpec spec) : spec_(std::move(spec)) {
+    const CaseSpec &c = spec_;
+    const Sizes q_sizes{c.batch, c.seq, c.q_heads, c.head_dim};
+    const Sizes k_sizes{c.batch, c.seq, c.k_heads, c.head_dim};
+    const bool has_k = c.k_heads > 0;
+    const Layout out_layout = c.out_layout.value_or(c.layout);
+    switch (c.memory) {
+        case Memory::Separate:
+        case Memory::InPlace:
+            q = Tensor::make(c.dtype, q_sizes, c.layout, c.row_pad);
+            if (has_k) {
+                k = Tensor::make(c.dtype, k_sizes, c.layout, c.row_pad);
+            }
+            break;
+        case Memory::PackedQkv:
+        case Memory::PackedQkvInPlace: {
+            PackedQkv packed = make_packed_qkv(c.dtype, c.batch, c.seq, c.q_heads, std::max<int64_t>(c.k_heads, 1),
+                                               c.head_dim);
+            q = packed.q;
+            if (has_k) {
+                k = packed.k;
+            }
+            v = packed.v;
+            break;
+        }
+    }
+    if (c.memory == Memory::InPlace || c.memory == Memory::PackedQkvInPlace) {
+        q_out = q;
+        k_out = k;
+    } else {
+        q_out = Tensor::make(c.dtype, q_sizes, out_layout, c.memory == Memory::Separate ? c.row_pad : 0);
+        if (has_k) {
+            k_out = Tensor::make(c.dtype, k_sizes, out_layout, c.memory == Memory::Separate ? c.row_pad : 0);
+        }
+    }
+
+    std::mt19937_64 rng(c.seed);
+    for (Tensor *input : {&q, &k, &v}) {
+        if (input->storage() == nullptr) {
+            continue;
+        }
+        switch (c.fill) {
+            case Fill::Uniform: fill_uniform(*input, rng); break;
+            case Fill::Nonzero: fill_nonzero(*input, rng); break;
+            case Fill::Adversarial: fill_adversarial(*input, rng); break;
+            case Fill::RandomBits: fill_random_bits(*input, rng); break;
+        }
+    }
+    q_in = q.clone();
+    if (has_k) {
+        k_in = k.clone();
+    }
+
+    build_positions();
+    if (c.source == ROPE_SOURCE_CACHE) {
+        const int64_t max_position = *std::max_element(positions_.begin(), positions_.end());
+        const int64_t len = c.cache_len != 0 ? c.cache_len : max_position + 3;
+        const int pairs = c.effective_rotary_dim() / 2;
+        cache_ = ref::build_cache(len, c.effective_rotary_dim(), pairs + c.cache_row_pad, c.effective_base(),
+                                  c.effective_attn_factor());
+    }
+    snapshot();
+}
+
+void RopeCall::build_positions() {
+    const CaseSpec &c = spec_;
+    const PositionsSpec &p = c.positions;
+    positions_.assign(static_cast<size_t>(c.batch * c.seq), 0);
+    std::vector<int64_t> stored;  // the array the call reads, -1 in unused slots
+    for (int64_t b = 0; b < c.batch; b++) {
+        for (int64_t s = 0; s < c.seq; s++) {
+            switch (p.mode) {
+                case PositionMode::ScalarOffset: positions_[b * c.seq + s] = p.scalar_offset + s; break;
+                case PositionMode::BatchOffsets: positions_[b * c.seq + s] = p.values.at(b) + s; break;
+                case PositionMode::Table:
+                    positions_[b * c.seq + s] = p.values.at(p.shared_rows ? s : b * c.seq + s);
+                    break;
+            }
+        }
+    }
+    if (p.mode == PositionMode::BatchOffsets) {
+        position_strides_[0] = 1 + p.pad;
+        stored.assign(static_cast<size_t>(c.batch * position_strides_[0]), -1);
+        for (int64_t b = 0; b < c.batch; b++) {
+            stored[b * position_strides_[0]] = p.values.at(b);
+        }
+    } else if (p.mode == PositionMode::Table && p.shared_rows) {
+        position_strides_[0] = 0;
+        position_strides_[1] = 1 + p.pad;
+        stored.assign(static_cast<size_t>(c.seq * (1 + p.pad)), -1);
+        for (int64_t s = 0; s < c.seq; s++) {
+            stored[s * position_strides_[1]] = p.values.at(s);
+        }
+    } else if (p.mode == PositionMode::Table) {
+        position_strides_[0] = p.transposed ? 1 : c.seq + p.pad;
+        position_strides_[1] = p.transposed ? c.batch + p.pad : 1;
+        stored.assign(static_cast<size_t>(c.batch * c.seq * (1 + p.pad) + p.pad + 1), -1);
+        for (int64_t b = 0; b < c.batch; b++) {
+            for (int64_t s = 0; s < c.seq; s++) {
+                stored.at(b * position_strides_[0] + s * position_strides_[1]) = p.values.at(b * c.seq + s);
+            }
+        }
+    }
+    if (p.index_type == ROPE_INDEX_INT64) {
+        positions64_ = stored;
+    } else {
+        // Values that do not fit are a test's own mistake; int32 tests keep positions small.
+        positions32_.assign(stored.begin(), stored.end());
+    }
+}
+
+void RopeCall::snapshot() {
+    before_ = Snapshot();
+    for (const Tensor *t : {&q, &k, &q_out, &k_out, &v}) {
+        before_.add(*t);
+    }
+}
+
+rope_params RopeCall::params() const {
+    const CaseSpec &c = spec_;
+    rope_params p = rope_params_init();
+    p.style = c.style;
+    p.direction = c.direction;
+    p.rotary_dim = c.rotary_dim;
+    p.rotary_offset = c.rotary_offset;
+    p.q = q.rope();
+    p.q_out = q_out.rope();
+    if (c.k_heads > 0) {
+        p.k = k.rope();
+        p.k_out = k_out.rope();
+    }
+    switch (c.positions.mode) {
+        case PositionMode::ScalarOffset:
+            p.positions.kind = ROPE_POSITIONS_OFFSET;
+            p.positions.offset = c.positions.scalar_offset;
+            break;
+        case PositionMode::BatchOffsets: p.positions.kind = ROPE_POSITIONS_OFFSET; break;
+        case PositionMode::Table: p.positions.kind = ROPE_POSITIONS_TABLE; break;
+    }
+    p.positions.index_type = c.positions.index_type;
+    if (c.positions.mode != PositionMode::ScalarOffset) {
+        p.positions.data = c.positions.index_type == ROPE_INDEX_INT64 ? static_cast<const void *>(positions64_.data())
+                                                                      : static_cast<const void *>(positions32_.data());
+        p.positions.strides[0] = position_strides_[0];
+        p.positions.strides[1] = position_strides_[1];
+    }
+    p.angles.source = c.source;
+    p.angles.base = c.base;
+    p.angles.attn_factor = c.attn_factor;
+    if (c.source == ROPE_SOURCE_CACHE) {
+        p.angles.cos_cache = cache_.cos.data();
+        p.angles.sin_cache = cache_.sin.data();
+        p.angles.cache_len = cache_.len;
+        p.angles.cache_row_stride = c.cache_row_pad != 0 ? cache_.row_stride : 0;
+    }
+    p.num_threads = c.num_threads;
+    return p;
+}
+
+void RopeCall::modify_inputs(const std::function<void(Tensor &q, Tensor &k)> &edit) {
+    edit(q, k);
+    q_in = q.clone();
+    if (spec_.k_heads > 0) {
+        k_in = k.clone();
+    }
+    snapshot();
+}
+
+rope_status RopeCall::run(const Runner &runner) {
+    const rope_params p = params();
+    report_ = rope_report_init();
+    return runner(&p, &report_);
+}
+
+ref::CosSin RopeCall::angles(int64_t position) const {
+    const CaseSpec &c = spec_;
+    const int rotary_dim = c.effective_rotary_dim();
+    switch (c.source) {
+        case ROPE_SOURCE_CACHE:
+            return ref::for_direction(ref::cache_cos_sin(cache_, position, rotary_dim), c.direction);
+        case ROPE_SOURCE_COMPAT:
+            return ref::for_direction(
+                ref::compat_cos_sin(position, rotary_dim, c.effective_base(), c.effective_attn_factor()), c.direction);
+        case ROPE_SOURCE_PRECISE:
+            return ref::for_direction(
+                ref::exact_cos_sin(position, rotary_dim, c.effective_base(), c.effective_attn_factor()), c.direction);
+    }
+    return {};
+}
+
+std::vector<double> RopeCall::reference_head(bool is_k, int64_t b, int64_t s, int64_t h) const {
+    const CaseSpec &c = spec_;
+    const ref::RotationMatrix matrix = ref::rotation_matrix(static_cast<int>(c.head_dim), c.effective_rotary_dim(),
+                                                            c.rotary_offset, c.style, angles(position(b, s)));
+    return matrix.apply((is_k ? k_in : q_in).head(b, s, h));
+}
+
+::testing::AssertionResult RopeCall::check_outputs() const {
+    const CaseSpec &c = spec_;
+    const int rotary_dim = c.effective_rotary_dim();
+    const double tolerance = ref::relative_tolerance(c.source, c.effective_attn_factor());
+    Failures failures;
+    for (const bool is_k : {false, true}) {
+        if (is_k && c.k_heads == 0) {
+            continue;
+        }
+        const Tensor &in = is_k ? k_in : q_in;
+        const Tensor &out = is_k ? k_out : q_out;
+        in.for_each_head([&](int64_t b, int64_t s, int64_t h) {
+            const std::vector<double> x = in.head(b, s, h);
+            const std::vector<double> y = reference_head(is_k, b, s, h);
+            for (int64_t d = 0; d < c.head_dim; d++) {
+                const uint32_t got_bits = out.bits(b, s, h, d);
+                const double got = ref::decode(got_bits, c.dtype);
+                const auto where = [&] {
+                    std::ostringstream w;
+                    w << (is_k ? "k" : "q") << "[b=" << b << ",s=" << s << ",h=" << h << ",d=" << d
+                      << "] pos=" << position(b, s);
+                    return w.str();
+                };
+                const int partner = ref::partner_lane(c.style, static_cast<int>(d), rotary_dim, c.rotary_offset);
+                if (partner < 0) {  // outside the rotary slice: a bit-exact copy
+                    const uint32_t want_bits = in.bits(b, s, h, d);
+                    if (got_bits != want_bits) {
+                        failures.add(where(), " pass-through lane: got ", hex(got_bits), " want ", hex(want_bits));
+                    }
+                    continue;
+                }
+                const double want = y[d];
+                const double max_pair = std::max(std::fabs(x[d]), std::fabs(x[partner]));
+                bool ok;
+                if (std::isnan(want)) {
+                    ok = std::isnan(got);
+                } else if (std::isinf(want)) {
+                    ok = got == want;
+                } else if (c.dtype == ROPE_DTYPE_F32) {
+                    ok = std::isfinite(got) && std::fabs(got - want) <= tolerance * max_pair + ref::kF32SubnormalSlack;
+                } else {
+                    ok = std::isfinite(got) &&
+                         (ref::ulp_distance(got_bits, ref::encode(want, c.dtype), c.dtype) <= ref::kSixteenBitUlps ||
+                          std::fabs(got - want) <= ref::kSixteenBitRelTol * max_pair);
+                }
+                if (!ok) {
+                    failures.add(where(), " x=(", x[d], ", ", x[partner], ") got ", got, " (", hex(got_bits),
+                                 ") want ", want, " error ", std::fabs(got - want), " = ",
+                                 std::fabs(got - want) / max_pair, " * max|x_pair|");
+                }
+            }
+        });
+    }
+    return failures.result("outputs differ from the fp64 oracle");
+}
+
+::testing::AssertionResult RopeCall::check_untouched_outside_outputs() const {
+    return before_.unchanged_outside({&q_out, &k_out});
+}
+
+::testing::AssertionResult RopeCall::check_all_unchanged() const {
+    return before_.unchanged();
+}
+
+void Snapshot::add(const Tensor &tensor) {
+    if (tensor.storage() == nullptr) {
+        return;
+    }
+    const bool seen =
+        std::any_of(before_.begin(), before_.end(), [&](const auto &entry) { return entry.first == tensor.storage(); });
+    if (!seen) {
+        before_.emplace_back(tensor.storage(), tensor.storage()->bytes);
+    }
+}
+
+::testing::AssertionResult Snapshot::unchanged() const {
+    for (const auto &[storage, bytes] : before_) {
+        if (storage->bytes != bytes) {
+            const auto mismatch = std::mismatch(bytes.begin(), bytes.end(), storage->bytes.begin());
+            return ::testing::AssertionFailure()
+                   << "a buffer changed at byte " << (mismatch.first - bytes.begin()) << " of " << bytes.size();
+        }
+    }
+    return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult Snapshot::unchanged_outside(const std::vector<const Tensor *> &outputs) const {
+    Failures failures;
+    for (const auto &[storage, bytes] : before_) {
+        const std::vector<bool> covered = covered_elements(*storage, outputs);
+        const Storage old{storage->dtype, bytes};
+        for (int64_t i = 0; i < storage->elements(); i++) {
+            if (!covered[i] && storage->bits(i) != old.bits(i)) {
+                failures.add("element ", i, " outside the outputs changed from ", hex(old.bits(i)), " to ",
+                             hex(storage->bits(i)));
+            }
+        }
+    }
+    return failures.result("memory outside the outputs was written");
+}
+
+void expect_correct(const CaseSpec &spec, const Runner &runner, const char *kernel) {
+    SCOPED_TRACE(spec.describe());
+    RopeCall call(spec);
+    const rope_status status = call.run(runner);
+    ASSERT_EQ(status, ROPE_OK) << call.report().message;
+    EXPECT_EQ(call.report().status, ROPE_OK);
+    EXPECT_STREQ(call.report().message, "") << "a successful call leaves the message empty";
+    if (kernel != nullptr) {
+        EXPECT_STREQ(call.report().kernel, kernel);
+    }
+    EXPECT_TRUE(call.check_outputs());
+    EXPECT_TRUE(call.check_untouched_outside_outputs());
+}
+
+Runner dispatch_runner() {
+    return [](const rope_params *params, rope_report *report) { return rope_dispatch(params, report); };
+}
+
+PositionsSpec random_table(const CaseSpec &spec, int64_t low, int64_t high, rope_index_type index_type,
+                           uint64_t seed) {
+    PositionsSpec p;
+    p.mode = PositionMode::Table;
+    p.index_type = index_type;
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int64_t> pick(low, high - 1);
+    for (int64_t i = 0; i < spec.batch * spec.seq; i++) {
+        p.values.push_back(pick(rng));
+    }
+    return p;
+}
+
+::testing::AssertionResult same_bits(const Tensor &a, const Tensor &b) {
+    if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) {
+        return ::testing::AssertionFailure() << "views differ in sizes or dtype";
+    }
+    ::testing::AssertionResult result = ::testing::AssertionSuccess();
+    int64_t differences = 0;
+    a.for_each_head([&](int64_t bi, int64_t s, int64_t h) {
+        for (int64_t d = 0; d < a.head_dim(); d++) {
+            if (a.bits(bi, s, h, d) != b.bits(bi, s, h, d) && differences++ == 0) {
+                result = ::testing::AssertionFailure()
+                         << "first difference at [" << bi << "," << s << "," << h << "," << d << "]: "
+                         << hex(a.bits(bi, s, h, d)) << " vs " << hex(b.bits(bi, s, h, d));
+            }
+        }
+    });
+    if (differences > 0) {
+        result << " (" << differences << " elements differ)";
+    }
+    return result;
+}
+
+}  // namespace ropegen::test

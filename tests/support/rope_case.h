@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: Apache-2.0
+// One RoPE call described as data (CaseSpec), materialised with real buffers (RopeCall), and
+// judged against the fp64 oracle with the tolerances of spec §7. Shared by the kernel, property
+// and dispatch tests so that each of them states only what it varies.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "reference/rope_reference.h"
+#include "ropegen/rope.h"
+#include "support/tensor.h"
+
+namespace ropegen::test {
+
+/// How a case passes positions (spec §5).
+enum class PositionMode {
+    ScalarOffset,  ///< OFFSET kind, data NULL: offset + s
+    BatchOffsets,  ///< OFFSET kind, one offset per batch item: values[b] + s
+    Table,         ///< TABLE kind: values[b * seq + s]
+};
+
+struct PositionsSpec {
+    PositionMode mode = PositionMode::ScalarOffset;
+    rope_index_type index_type = ROPE_INDEX_INT32;
+    int64_t scalar_offset = 0;
+    std::vector<int64_t> values;  ///< BatchOffsets: [batch]; Table: [batch * seq] ([seq] if shared_rows)
+    bool transposed = false;      ///< Table stored [seq][batch] (strides {1, batch + pad})
+    bool shared_rows = false;     ///< Table: one row [seq] for every batch item (batch stride 0)
+    int64_t pad = 0;              ///< unused elements (holding -1) between rows or offsets
+};
+
+/// Where the tensors live.
+enum class Memory {
+    Separate,          ///< four buffers
+    InPlace,           ///< q_out == q, k_out == k
+    PackedQkv,         ///< q, k are views into one [B, S, Hq + 2 Hk, D] buffer; outputs separate
+    PackedQkvInPlace,  ///< as PackedQkv, rotated in place
+};
+
+enum class Fill { Uniform, Nonzero, Adversarial, RandomBits };
+
+struct CaseSpec {
+    rope_style style = ROPE_STYLE_HALF;
+    rope_dtype dtype = ROPE_DTYPE_F32;
+    rope_source source = ROPE_SOURCE_CACHE;
+    rope_direction direction = ROPE_FORWARD;
+    int64_t batch = 2, seq = 5, q_heads = 3;
+    int64_t k_heads = 2;  ///< 0: q only (k.data NULL)
+    int64_t head_dim = 64;
+    int rotary_dim = 0;   ///< 0: head_dim (passed as 0, the default)
+    int rotary_offset = 0;
+    Layout layout = Layout::BSHD;
+    std::optional<Layout> out_layout;  ///< Separate memory: the outputs' layout (default: layout)
+    int64_t row_pad = 0;               ///< Separate memory: unused elements after every head
+    Memory memory = Memory::Separate;
+    PositionsSpec positions;
+    double base = 0;          ///< passed as is; 0 means 10000
+    float attn_factor = 0;    ///< passed as is; 0 means 1
+    int64_t cache_len = 0;    ///< cache source: 0 means max position + 3
+    int64_t cache_row_pad = 0;  ///< cache source: row stride = R/2 + pad (0: stride passed as 0)
+    Fill fill = Fill::Uniform;
+    uint64_t seed = 1;
+    int32_t num_threads = 0;
+
+    int effective_rotary_dim() const {
+        return rotary_dim != 0 ? rotary_dim : static_cast<int>(head_dim);
+    }
+    double effective_base() const {
+        return base != 0 ? base : 10000.0;
+    }
+    double effective_attn_factor() const {
+        return attn_factor != 0 ? attn_factor : 1.0;
+    }
+    /// A one-line summary for failure messages.
+    std::string describe() const;
+};
+
+/// Runs one call: rope_dispatch, or a specific kernel through ropegen::run_kernel.
+using Runner = std::function<rope_status(const rope_params *, rope_report *)>;
+
+/// Copies of buffers taken at one moment, to prove later that a call wrote nothing (or nothing
+/// outside its outputs).
+class Snapshot {
+public:
+    /// Records `tensor`'s buffer (once per buffer; empty tensors are ignored).
+    void add(const Tensor &tensor);
+    /// No byte of any recorded buffer changed.
+    ::testing::AssertionResult unchanged() const;
+    /// No element outside `outputs` changed.
+    ::testing::AssertionResult unchanged_outside(const std::vector<const Tensor *> &outputs) const;
+
+private:
+    std::vector<std::pair<std::shared_ptr<Storage>, std::vector<uint8_t>>> before_;
+};
+
+/// The buffers of one case, filled deterministically from its seed, with copies of everything
+/// taken before the call so that the results can be judged afterwards.
+class RopeCall {
+public:
+    explicit RopeCall(CaseSpec spec);
+    RopeCall(const RopeCall &) = delete;
+    RopeCall &operator=(const RopeCall &) = delete;
+
+    const CaseSpec &spec() const {
+        return spec_;
+    }
+    /// The arguments of the call (fresh each time; tests may change fields before running).
+    rope_params params() const;
+    /// Changes the inputs after construction (and re-takes the copies the checks compare with).
+    void modify_inputs(const std::function<void(Tensor &q, Tensor &k)> &edit);
+    /// Runs the call; returns its status, keeps the report.
+    rope_status run(const Runner &runner);
+    const rope_report &report() const {
+        return report_;
+    }
+
+    int64_t position(int64_t b, int64_t s) const {
+        return positions_[b * spec_.seq + s];
+    }
+    /// cos/sin of spec §5 for a position, direction applied: what the oracle rotates by.
+    reference::CosSin angles(int64_t position) const;
+    /// The oracle's result for one head of q (is_k false) or k, from the inputs before the call.
+    std::vector<double> reference_head(bool is_k, int64_t b, int64_t s, int64_t h) const;
+
+    /// Every output element against the oracle (spec §7); lanes outside the rotary slice bit-exact.
+    ::testing::AssertionResult check_outputs() const;
+    /// No byte outside q_out/k_out changed (inputs, padding, v of a packed buffer).
+    ::testing::AssertionResult check_untouched_outside_outputs() const;
+    /// No byte of any buffer changed (after a failed call).
+    ::testing::AssertionResult check_all_unchanged() const;
+
+    Tensor q, k, q_out, k_out;  ///< what the call sees (k empty when k_heads == 0)
+    Tensor q_in, k_in;          ///< deep copies of q and k before the call
+    Tensor v;                   ///< packed memory only: the v heads, which must stay untouched
+
+private:
+    void build_positions();
+    void snapshot();
+
+    CaseSpec spec_;
+    std::vector<int64_t> positions_;  ///< resolved, [b * seq + s]
+    std::vector<int32_t> positions32_;
+    std::vector<int64_t> positions64_;
+    int64_t position_strides_[2] = {0, 0};
+    reference::CosSinCache cache_;
+    Snapshot before_;
+    rope_report report_ = rope_report_init();
+};
+
+/// Runs `spec` with `runner`, asserting success, correct outputs and untouched memory (and,
+/// when given, that report.kernel names `kernel`).
+void expect_correct(const CaseSpec &spec, const Runner &runner, const char *kernel = nullptr);
+
+/// The runner of the public entry point.
+Runner dispatch_runner();
+
+/// A CaseSpec of random positions in [low, high) for every token.
+PositionsSpec random_table(const CaseSpec &spec, int64_t low, int64_t high, rope_index_type index_type, uint64_t seed);
+
+/// Bit-exact equality of two views' elements, with the first difference in the message.
+::testing::AssertionResult same_bits(const Tensor &a, const Tensor &b);
+
+}  // namespace ropegen::test

@@ -131,9 +131,12 @@ def resolve(entries, key):
         if all(match[k] == "*" or match[k] == key[k] for k in MATCH_KEYS):
             matching.append((sum(v != "*" for v in match.values()), where, params))
     matching.sort(key=lambda item: item[0])
-    for (spec_a, where_a, _), (spec_b, where_b, _) in zip(matching, matching[1:]):
-        if spec_a == spec_b:
-            raise ScheduleError(f"{where_a} and {where_b} match the same kernel {key} equally specifically; make one more specific")
+    for i, (spec_a, where_a, params_a) in enumerate(matching):
+        for spec_b, where_b, params_b in matching[i + 1:]:
+            shared = set(generator_params(_as_resolved(params_a))) & set(generator_params(_as_resolved(params_b)))
+            if spec_a == spec_b and shared:
+                raise ScheduleError(f"{where_a} and {where_b} both set {sorted(shared)} for kernel {key} and are equally "
+                                    "specific; make one more specific")
     resolved = {"layouts": {}}
     for _, _, params in matching:
         for name, value in params.items():
@@ -143,6 +146,11 @@ def resolve(entries, key):
             else:
                 resolved[name] = value
     return resolved
+
+
+def _as_resolved(params):
+    """One entry's params in the shape of resolve()'s result."""
+    return {"layouts": {}, **params}
 
 
 def generator_params(resolved):

@@ -78,9 +78,9 @@ public:
         // Token positions: an explicit table, or offset[batch] + seq (spec §5).
         position_(v.seq, v.batch) = (*positions_)(v.seq, v.batch) + v.seq * (*position_step_);
         if (source == Source::Compat) {
-            inv_freq_(v.pair) = compat_inv_freq(v.pair, *base_, 2 * (*rotary_pairs_));
+            inv_freq_(v.pair) = compat_inv_freq(v.pair, *base_, 2 * rotary_pairs());
         } else if (source == Source::Precise) {
-            inv_freq_(v.pair) = precise_inv_freq(v.pair, *base_, 2 * (*rotary_pairs_));
+            inv_freq_(v.pair) = precise_inv_freq(v.pair, *base_, 2 * rotary_pairs());
         }
         define_cos_sin();
         tensors_.push_back(rotate_tensor("q", *q_, outputs_[0]));
@@ -96,14 +96,14 @@ public:
         const RopeSchedule knobs{vector_pairs, unroll_pairs, angles_at, bshd.value(), bhsd.value(), sbhd.value(), strided.value()};
         schedule_shared_cos_sin(cos_sin_, knobs);
         for (RotatedTensorFuncs &funcs : tensors_) {
-            apply_schedule(funcs, knobs, head_dim / 2, *rotary_pairs_);
+            apply_schedule(funcs, knobs);
         }
         positions_->dim(0).set_stride(Expr());  // int64 tables (stride 2) and offsets (stride 0)
-        // The pair axis spans exactly rotary_pairs, so the fixed head_dim specialization
-        // (rotary_pairs == head_dim / 2) gives loops of constant trip count.
+        // The pair axis spans exactly rotary_pairs: a constant in fixed head_dim kernels, so their
+        // pair loops have constant trip counts.
         const int pair_dim = style == Style::Half ? 0 : 1, half_dim = 1 - pair_dim;
         for (const TensorOutputs &out : outputs_) {
-            out.rotated->dim(pair_dim).set_bounds(0, *rotary_pairs_);
+            out.rotated->dim(pair_dim).set_bounds(0, rotary_pairs());
             out.rotated->dim(half_dim).set_bounds(0, 2);
             if (style == Style::Interleaved) {
                 out.rotated->dim(1).set_stride(2);  // pairs are two lanes apart
@@ -112,6 +112,15 @@ public:
     }
 
 private:
+    // A fixed head_dim kernel rotates whole heads (the dispatcher sends partial rotary to the
+    // any-head_dim kernel), so its rotary slice is a compile-time constant.
+    Expr rotary_pairs() const {
+        return head_dim > 0 ? Expr(head_dim / 2) : Expr(*rotary_pairs_);
+    }
+    Expr rotary_offset() const {
+        return head_dim > 0 ? Expr(0) : Expr(*rotary_offset_);
+    }
+
     struct TensorOutputs {
         GeneratorOutput<Buffer<>> *rotated, *lead, *tail;
     };
@@ -139,7 +148,7 @@ private:
         const RopeVars v;
 
         // spec §2: the pair's two lanes, relative to the rotary offset.
-        const Expr pairs = *rotary_pairs_, offset = *rotary_offset_;
+        const Expr pairs = rotary_pairs(), offset = rotary_offset();
         const Expr lane_a = style == Style::Half ? offset + v.pair : offset + 2 * v.pair;
         const Expr lane_b = style == Style::Half ? offset + v.pair + pairs : offset + 2 * v.pair + 1;
         const Expr x_a = cast<float>(x(lane_a, v.head, v.seq, v.batch));

@@ -47,7 +47,7 @@ void schedule_shared_cos_sin(Halide::Func cos_sin, const RopeSchedule &schedule)
         .parallel(token_tile);
 }
 
-void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, int constant_pairs, const Expr &rotary_pairs) {
+void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule) {
     const RopeVars v;
     const Var pair_block{"pair_block"}, pair_vector{"pair_vector"}, pair_lane{"pair_lane"};
     const Var task{"task"};
@@ -83,9 +83,6 @@ void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, int
         schedule_tokens(stage.specialize(is_sbhd), schedule.sbhd, true);
         schedule_tokens(stage, schedule.strided, false);
     };
-    if (constant_pairs > 0) {
-        schedule_layouts(out.specialize(rotary_pairs == constant_pairs));
-    }
     schedule_layouts(out);
 
     // Pass-through lanes (partial rotary only; usually empty): the lane loop is outermost so an

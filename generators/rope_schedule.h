@@ -51,7 +51,7 @@ struct RotatedTensorFuncs {
 /// scheduled per tensor by apply_schedule.
 void schedule_shared_cos_sin(Halide::Func cos_sin, const RopeSchedule &schedule);
 
-/// Applies `schedule` to one tensor's Funcs. `constant_pairs` > 0 adds a specialization for that many rotation pairs (fixed head_dim kernels).
-void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, int constant_pairs, const Halide::Expr &rotary_pairs);
+/// Applies `schedule` to one tensor's Funcs.
+void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule);
 
 }  // namespace ropegen

@@ -222,7 +222,7 @@ typedef int (*rope_parallel_for_fn)(void *pool, int (*task)(void *task_context, 
 /**
  * Runs the kernels' parallel loops on an engine's pool instead of the library's: `run(pool, ...)`
  * is called for every parallel loop of a call that may use more than one thread (calls moving
- * less than 512 KiB, and calls with num_threads == 1, run on the calling thread). NULL restores
+ * less than 4 MiB, and calls with num_threads == 1, run on the calling thread). NULL restores
  * the library's pool. Set it before calls start. A non-zero result from `run` makes the call
  * return ROPE_ERR_INTERNAL; the outputs may then be partly written.
  */

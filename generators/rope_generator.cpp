@@ -4,7 +4,9 @@
 // one signature, so the runtime calls them all through one function-pointer type:
 //   inputs  q, k [lane, head, seq, batch]; positions [seq, batch] (int32, any strides: an int64
 //           table is read through its low words, an offset table with seq stride 0);
-//           position_step (1 for offsets, else 0); cos_table, sin_table [pair, row] (cache source);
+//           position_step (1 for offsets, else 0); cos_table, sin_table [pair, row] (cache source,
+//           f32), cos_table_narrow, sin_table_narrow (the same in the tensor dtype), narrow_tables
+//           (which pair to read);
 //           base, attn_factor, sin_sign (+1 forward, -1 inverse), rotary_offset, rotary_pairs
 //   outputs per tensor: *_rotated, the rotary lanes as (pair, half) for the half style or
 //           (half, pair) for the interleaved style, then [head, seq, batch]; *_lead and *_tail,
@@ -61,6 +63,9 @@ public:
         position_step_ = add_input<int32_t>("position_step");
         cos_table_ = add_input<Buffer<float, 2>>("cos_table");
         sin_table_ = add_input<Buffer<float, 2>>("sin_table");
+        cos_table_narrow_ = add_input<Buffer<>>("cos_table_narrow", dtype, 2);
+        sin_table_narrow_ = add_input<Buffer<>>("sin_table_narrow", dtype, 2);
+        narrow_tables_ = add_input<bool>("narrow_tables");
         base_ = add_input<double>("base");
         attn_factor_ = add_input<float>("attn_factor");
         sin_sign_ = add_input<float>("sin_sign");
@@ -96,7 +101,7 @@ public:
         const RopeSchedule knobs{vector_pairs, unroll_pairs, angles_at, bshd.value(), bhsd.value(), sbhd.value(), strided.value()};
         schedule_shared_cos_sin(cos_sin_, knobs);
         for (RotatedTensorFuncs &funcs : tensors_) {
-            apply_schedule(funcs, knobs);
+            apply_schedule(funcs, knobs, has_narrow_tables() ? Expr(*narrow_tables_) : Expr());
         }
         positions_->dim(0).set_stride(Expr());  // int64 tables (stride 2) and offsets (stride 0)
         // The pair axis spans exactly rotary_pairs: a constant in fixed head_dim kernels, so their
@@ -121,6 +126,11 @@ private:
         return head_dim > 0 ? Expr(0) : Expr(*rotary_offset_);
     }
 
+    // 16-bit kernels of the cache source also read tables stored in their own dtype.
+    bool has_narrow_tables() const {
+        return source == Source::Cache && dtype != Float(32);
+    }
+
     struct TensorOutputs {
         GeneratorOutput<Buffer<>> *rotated, *lead, *tail;
     };
@@ -132,8 +142,17 @@ private:
         const Expr position = position_(v.seq, v.batch);
         if (source == Source::Cache) {
             // Rows are validated against cache_len before any kernel runs (spec §5).
-            const Expr row = unsafe_promise_clamped(position, 0, cos_table_->dim(1).extent() - 1);
-            cs(v.pair, v.seq, v.batch) = {(*cos_table_)(v.pair, row), (*sin_table_)(v.pair, row) * (*sin_sign_)};
+            auto read = [&](const auto &table) {
+                const Expr row = unsafe_promise_clamped(position, 0, table.dim(1).extent() - 1);
+                return cast<float>(table(v.pair, row));
+            };
+            Expr c = read(*cos_table_), s = read(*sin_table_);
+            if (has_narrow_tables()) {
+                // Tables in the tensor dtype (spec §5); the schedule specializes on the choice.
+                c = select(*narrow_tables_, read(*cos_table_narrow_), c);
+                s = select(*narrow_tables_, read(*sin_table_narrow_), s);
+            }
+            cs(v.pair, v.seq, v.batch) = {c, s * (*sin_sign_)};
             return;
         }
         // compat: the f32 angle transformers computes; precise: the angle in f64.
@@ -181,6 +200,8 @@ private:
     GeneratorInput<Buffer<>> *q_ = nullptr, *k_ = nullptr;
     GeneratorInput<Buffer<int32_t, 2>> *positions_ = nullptr;
     GeneratorInput<Buffer<float, 2>> *cos_table_ = nullptr, *sin_table_ = nullptr;
+    GeneratorInput<Buffer<>> *cos_table_narrow_ = nullptr, *sin_table_narrow_ = nullptr;
+    GeneratorInput<bool> *narrow_tables_ = nullptr;
     GeneratorInput<int32_t> *position_step_ = nullptr, *rotary_offset_ = nullptr, *rotary_pairs_ = nullptr;
     GeneratorInput<double> *base_ = nullptr;
     GeneratorInput<float> *attn_factor_ = nullptr, *sin_sign_ = nullptr;

@@ -47,7 +47,7 @@ void schedule_shared_cos_sin(Halide::Func cos_sin, const RopeSchedule &schedule)
         .parallel(token_tile);
 }
 
-void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule) {
+void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, const Expr &narrow_tables) {
     const RopeVars v;
     const Var pair_block{"pair_block"}, pair_vector{"pair_vector"}, pair_lane{"pair_lane"};
     const Var task{"task"};
@@ -83,6 +83,9 @@ void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule) {
         schedule_tokens(stage.specialize(is_sbhd), schedule.sbhd, true);
         schedule_tokens(stage, schedule.strided, false);
     };
+    if (narrow_tables.defined()) {
+        schedule_layouts(out.specialize(narrow_tables));
+    }
     schedule_layouts(out);
 
     // Pass-through lanes (partial rotary only; usually empty): the lane loop is outermost so an

@@ -51,7 +51,8 @@ struct RotatedTensorFuncs {
 /// scheduled per tensor by apply_schedule.
 void schedule_shared_cos_sin(Halide::Func cos_sin, const RopeSchedule &schedule);
 
-/// Applies `schedule` to one tensor's Funcs.
-void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule);
+/// Applies `schedule` to one tensor's Funcs. A defined `narrow_tables` (cache source of a 16-bit
+/// kernel) gets loop nests of its own, so each reads only the cos/sin tables it uses.
+void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, const Halide::Expr &narrow_tables);
 
 }  // namespace ropegen

@@ -3,7 +3,9 @@
 // and may run on this CPU, describe the caller's memory as Halide buffers (no copies), and run.
 #include <HalideRuntime.h>
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <string>
 
@@ -55,6 +57,12 @@ struct Buffer {
         raw.dimensions = dimensions;
         raw.dim = dims;
     }
+    // A copy points at its own dimensions, never at the original's.
+    Buffer(const Buffer &other) : raw(other.raw) {
+        std::copy(std::begin(other.dims), std::end(other.dims), std::begin(dims));
+        raw.dim = dims;
+    }
+    Buffer &operator=(const Buffer &) = delete;
     void set(int d, int64_t min, int64_t extent, int64_t stride) {
         dims[d] = halide_dimension_t(static_cast<int32_t>(min), static_cast<int32_t>(extent), static_cast<int32_t>(stride));
     }
@@ -188,11 +196,24 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, rope_report *r
     const int64_t pos_batch_stride = scalar ? 0 : pos.strides[0] * scale;
     const int32_t position_step = table ? 0 : 1;
 
+    // cos/sin tables (cache source): the kernel reads the f32 pair or, for tables in the tensor
+    // dtype, the narrow pair; the other pair is a placeholder it never reads.
     const int64_t pairs = call.rotary_dim / 2;
-    float unused_table = 0.0f;
     const bool cache = p.angles.source == ROPE_SOURCE_CACHE;
+    const bool narrow = cache && p.angles.cache_dtype != ROPE_DTYPE_F32;
     const int64_t row_stride = p.angles.cache_row_stride != 0 ? p.angles.cache_row_stride : pairs;
     const int64_t rows = std::min<int64_t>(p.angles.cache_len, kMaxStride);
+    uint32_t unused_table = 0;
+    const halide_type_t f32 = halide_type_t(halide_type_float, 32), narrow_type = halide_type(p.q.dtype);
+    Buffer cos_table(cache && !narrow ? const_cast<void *>(p.angles.cos_cache) : &unused_table, f32, 2);
+    Buffer sin_table(cache && !narrow ? const_cast<void *>(p.angles.sin_cache) : &unused_table, f32, 2);
+    Buffer cos_narrow(narrow ? const_cast<void *>(p.angles.cos_cache) : &unused_table, narrow_type, 2);
+    Buffer sin_narrow(narrow ? const_cast<void *>(p.angles.sin_cache) : &unused_table, narrow_type, 2);
+    for (Buffer *t : {&cos_table, &sin_table, &cos_narrow, &sin_narrow}) {
+        const bool used = t->raw.host != reinterpret_cast<uint8_t *>(&unused_table);
+        t->set(0, 0, used ? pairs : 1, 1);
+        t->set(1, 0, used ? rows : 1, used ? row_stride : 0);
+    }
     const float sin_sign = p.direction == ROPE_INVERSE ? -1.0f : 1.0f;
     // A call this small finishes before a second thread would wake: run it on the caller's.
     const int64_t bytes_moved = 2 * (p.q.sizes[0] * p.q.sizes[1]) * (p.q.sizes[2] + (call.has_k ? p.k.sizes[2] : 0)) *
@@ -216,17 +237,9 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, rope_report *r
                 Buffer positions(static_cast<int32_t *>(pos_data) + pos_offset, halide_type_t(halide_type_int, 32), 2);
                 positions.set(0, slice.begin[1], slice.extent[1], slice.extent[1] > 1 ? pos_seq_stride : 0);
                 positions.set(1, slice.begin[0], slice.extent[0], slice.extent[0] > 1 ? pos_batch_stride : 0);
-                Buffer cos_table(cache ? const_cast<float *>(p.angles.cos_cache) : &unused_table,
-                                 halide_type_t(halide_type_float, 32), 2);
-                Buffer sin_table(cache ? const_cast<float *>(p.angles.sin_cache) : &unused_table,
-                                 halide_type_t(halide_type_float, 32), 2);
-                for (Buffer *t : {&cos_table, &sin_table}) {
-                    t->set(0, 0, cache ? pairs : 1, 1);
-                    t->set(1, 0, cache ? rows : 1, cache ? row_stride : 0);
-                }
                 const int result = kernel.function(
                     &context, &q.input.raw, &k.input.raw, &positions.raw, position_step, &cos_table.raw, &sin_table.raw,
-                    call.base, call.attn_factor, sin_sign, call.rotary_offset, static_cast<int32_t>(pairs), &q.rotated.raw,
+                    &cos_narrow.raw, &sin_narrow.raw, narrow, call.base, call.attn_factor, sin_sign, call.rotary_offset, static_cast<int32_t>(pairs), &q.rotated.raw,
                     &q.lead.raw, &q.tail.raw, &k.rotated.raw, &k.lead.raw, &k.tail.raw);
                 if (result == 0 && context.parallel_error != 0) {
                     return finish(report, ROPE_ERR_INTERNAL,

@@ -396,6 +396,16 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
             f.fail(ROPE_ERR_BAD_VALUE) << "angles.cache_len=" << a.cache_len << " must be > 0 for the cache source";
             return f.finish();
         }
+        const int32_t cache_dtype = enum_value(a.cache_dtype);
+        if (cache_dtype < ROPE_DTYPE_F32 || cache_dtype > ROPE_DTYPE_BF16) {
+            f.fail(ROPE_ERR_BAD_ENUM) << "angles.cache_dtype=" << cache_dtype << " is not a rope_dtype (0 f32, 1 f16, 2 bf16)";
+            return f.finish();
+        }
+        if (a.cache_dtype != ROPE_DTYPE_F32 && a.cache_dtype != p.q.dtype) {
+            f.fail(ROPE_ERR_DTYPE_MISMATCH) << "angles.cache_dtype=" << cache_dtype << " must be f32 (0) or the tensors' dtype ("
+                                            << enum_value(p.q.dtype) << ") (spec §5)";
+            return f.finish();
+        }
         const int64_t row_stride = a.cache_row_stride != 0 ? a.cache_row_stride : pairs;
         if (row_stride < pairs || row_stride > std::numeric_limits<int32_t>::max()) {
             f.fail(ROPE_ERR_BAD_STRIDE) << "angles.cache_row_stride=" << a.cache_row_stride << " must be 0 or in [rotary_dim/2="
@@ -404,9 +414,9 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
         }
         int64_t table_elements = 0;
         if (multiply_overflows(a.cache_len, row_stride, &table_elements) ||
-            multiply_overflows(table_elements, int64_t{4}, &table_elements)) {
+            multiply_overflows(table_elements, static_cast<int64_t>(dtype_size(a.cache_dtype)), &table_elements)) {
             f.fail(ROPE_ERR_SIZE_OVERFLOW) << "angles.cache_len=" << a.cache_len << " x row stride " << row_stride
-                                           << " floats overflows 64 bits";
+                                           << " elements overflows 64 bits";
             return f.finish();
         }
         limit = std::min(a.cache_len, kMaxPosition + 1);

@@ -146,6 +146,18 @@ TEST_F(Validation, NullSinCache) {
     expect_rejected(p, ROPE_ERR_NULL_POINTER, {"sin_cache"});
 }
 
+TEST_F(Validation, CacheDtypeOtherThanF32OrTensorDtype) {
+    rope_params p = valid();
+    p.angles.cache_dtype = p.q.dtype == ROPE_DTYPE_BF16 ? ROPE_DTYPE_F16 : ROPE_DTYPE_BF16;
+    expect_rejected(p, ROPE_ERR_DTYPE_MISMATCH, {"cache_dtype"});
+}
+
+TEST_F(Validation, UnknownCacheDtype) {
+    rope_params p = valid();
+    store_raw(p.angles.cache_dtype, 6);
+    expect_rejected(p, ROPE_ERR_BAD_ENUM, {"cache_dtype", "6"});
+}
+
 TEST_F(Validation, PositionTableWithoutData) {
     rope_params p = valid();
     p.positions.data = nullptr;

@@ -168,8 +168,9 @@ TEST_P(KernelTest, Layouts) {
     }
 }
 
-// Cache rows wider than R/2 (one table for several rotary_dims).
-TEST_P(KernelTest, CacheRowStride) {
+// Cache rows wider than R/2 (one table for several rotary_dims), and for 16-bit kernels tables
+// stored in the tensor dtype (spec §5).
+TEST_P(KernelTest, CacheTables) {
     CaseSpec c = base_case();
     c.cache_row_pad = 5;
     if (kernel().head_dim == 0) {
@@ -177,6 +178,13 @@ TEST_P(KernelTest, CacheRowStride) {
     }
     // Computed sources ignore the cache fields; the call must still be right.
     expect_ok(c);
+    if (kernel().dtype != ROPE_DTYPE_F32) {
+        c.cache_in_dtype = true;
+        for (rope_direction direction : {ROPE_FORWARD, ROPE_INVERSE}) {
+            c.direction = direction;
+            expect_ok(c);
+        }
+    }
 }
 
 // q and k as views into one fused QKV buffer, out of place and in place; v stays untouched.

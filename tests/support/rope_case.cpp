@@ -136,6 +136,15 @@ RopeCall::RopeCall(CaseSpec spec) : spec_(std::move(spec)) {
         const int pairs = c.effective_rotary_dim() / 2;
         cache_ = ref::build_cache(len, c.effective_rotary_dim(), pairs + c.cache_row_pad, c.effective_base(),
                                   c.effective_attn_factor());
+        if (c.cache_in_dtype) {
+            // The kernel reads the 16-bit tables; the oracle reads the same values, widened.
+            for (auto [table, narrow] : {std::pair{&cache_.cos, &narrow_cos_}, std::pair{&cache_.sin, &narrow_sin_}}) {
+                for (float &value : *table) {
+                    narrow->push_back(static_cast<uint16_t>(ref::encode(value, c.dtype)));
+                    value = static_cast<float>(ref::decode(narrow->back(), c.dtype));
+                }
+            }
+        }
     }
     snapshot();
 }
@@ -226,8 +235,9 @@ rope_params RopeCall::params() const {
     p.angles.base = c.base;
     p.angles.attn_factor = c.attn_factor;
     if (c.source == ROPE_SOURCE_CACHE) {
-        p.angles.cos_cache = cache_.cos.data();
-        p.angles.sin_cache = cache_.sin.data();
+        p.angles.cos_cache = c.cache_in_dtype ? static_cast<const void *>(narrow_cos_.data()) : cache_.cos.data();
+        p.angles.sin_cache = c.cache_in_dtype ? static_cast<const void *>(narrow_sin_.data()) : cache_.sin.data();
+        p.angles.cache_dtype = c.cache_in_dtype ? c.dtype : ROPE_DTYPE_F32;
         p.angles.cache_len = cache_.len;
         p.angles.cache_row_stride = c.cache_row_pad != 0 ? cache_.row_stride : 0;
     }

@@ -65,6 +65,7 @@ struct CaseSpec {
     float attn_factor = 0;    ///< passed as is; 0 means 1
     int64_t cache_len = 0;    ///< cache source: 0 means max position + 3
     int64_t cache_row_pad = 0;  ///< cache source: row stride = R/2 + pad (0: stride passed as 0)
+    bool cache_in_dtype = false;  ///< cache source: tables stored in the tensor dtype, not f32
     Fill fill = Fill::Uniform;
     uint64_t seed = 1;
     int32_t num_threads = 0;
@@ -150,6 +151,7 @@ private:
     std::vector<int64_t> positions64_;
     int64_t position_strides_[2] = {0, 0};
     reference::CosSinCache cache_;
+    std::vector<uint16_t> narrow_cos_, narrow_sin_;  ///< cache_ in the tensor dtype (cache_in_dtype)
     Snapshot before_;
     rope_report report_ = rope_report_init();
 };

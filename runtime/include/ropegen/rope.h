@@ -121,10 +121,11 @@ typedef struct rope_positions {
 /** cos/sin source and frequency parameters (spec §1, §5). Zero fields take the defaults. */
 typedef struct rope_angles {
     rope_source source;
-    const float *cos_cache;   /**< CACHE: [cache_len][row_stride] f32, first R/2 values of a row used */
-    const float *sin_cache;   /**< CACHE: same shape as cos_cache */
+    const void *cos_cache;    /**< CACHE: [cache_len][row_stride] of cache_dtype, first R/2 values of a row used */
+    const void *sin_cache;    /**< CACHE: same shape and dtype as cos_cache */
     int64_t cache_len;        /**< CACHE: rows in each table; every position must be below it */
     int64_t cache_row_stride; /**< CACHE: elements between rows; 0 means R/2 */
+    rope_dtype cache_dtype;   /**< CACHE: f32 (0, the default) or the tensors' dtype */
     double base;              /**< COMPAT/PRECISE: theta; 0 means 10000 */
     float attn_factor;        /**< COMPAT/PRECISE: scales cos and sin; 0 means 1 */
 } rope_angles;

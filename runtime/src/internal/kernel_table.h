@@ -16,7 +16,9 @@ namespace ropegen {
 /// The signature every generated kernel shares (see generators/rope_generator.cpp).
 using KernelFunction = int (*)(const void *user_context, halide_buffer_t *q, halide_buffer_t *k,
                                halide_buffer_t *positions, int32_t position_step, halide_buffer_t *cos_table,
-                               halide_buffer_t *sin_table, double base, float attn_factor, float sin_sign,
+                               halide_buffer_t *sin_table, halide_buffer_t *cos_table_narrow,
+                               halide_buffer_t *sin_table_narrow, bool narrow_tables, double base, float attn_factor,
+                               float sin_sign,
                                int32_t rotary_offset, int32_t rotary_pairs, halide_buffer_t *q_rotated,
                                halide_buffer_t *q_lead, halide_buffer_t *q_tail, halide_buffer_t *k_rotated,
                                halide_buffer_t *k_lead, halide_buffer_t *k_tail);

@@ -256,33 +256,29 @@ TEST_F(Validation, OutputShapeDiffersFromInput) {
     expect_rejected(p, ROPE_ERR_BAD_SHAPE, {"q_out.sizes[2]"});
 }
 
-// 2^60 heads of 128 lanes: 2^67 elements.
-TEST_F(Validation, ElementCountOverflows) {
-    rope_params p = valid();
+// q alone (in place), one token of `heads` dense heads of `head_dim` lanes: a view far larger
+// than memory, which validation must refuse before touching anything.
+rope_params one_token_of_heads(rope_params p, int64_t heads, int64_t head_dim) {
     for (rope_tensor *t : {&p.q, &p.q_out}) {
         t->sizes[0] = 1;
         t->sizes[1] = 1;
-        t->sizes[2] = int64_t{1} << 60;
-        t->sizes[3] = 128;
-        t->strides[2] = 128;
+        t->sizes[2] = heads;
+        t->sizes[3] = head_dim;
+        t->strides[2] = head_dim;
     }
     p.k = p.k_out = rope_tensor{};
     p.positions = rope_positions{};
-    expect_rejected(p, ROPE_ERR_SIZE_OVERFLOW, {"q"});
+    return p;
+}
+
+// 2^60 heads of 128 lanes: 2^67 elements.
+TEST_F(Validation, ElementCountOverflows) {
+    expect_rejected(one_token_of_heads(valid(), int64_t{1} << 60, 128), ROPE_ERR_SIZE_OVERFLOW, {"q"});
 }
 
 // 2^56 heads of 64 f32 lanes: 2^62 elements fit in int64, their 2^64 bytes do not.
 TEST_F(Validation, ByteCountOverflows) {
-    rope_params p = valid();
-    for (rope_tensor *t : {&p.q, &p.q_out}) {
-        t->sizes[0] = 1;
-        t->sizes[1] = 1;
-        t->sizes[2] = int64_t{1} << 56;
-        t->strides[2] = 64;
-    }
-    p.k = p.k_out = rope_tensor{};
-    p.positions = rope_positions{};
-    expect_rejected(p, ROPE_ERR_SIZE_OVERFLOW, {"q"});
+    expect_rejected(one_token_of_heads(valid(), int64_t{1} << 56, 64), ROPE_ERR_SIZE_OVERFLOW, {"q"});
 }
 
 TEST_F(Validation, HeadDimStrideNotOne) {

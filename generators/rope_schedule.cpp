@@ -38,6 +38,8 @@ void schedule_shared_cos_sin(Halide::Func cos_sin, const RopeSchedule &schedule)
     if (schedule.cos_sin_at != CosSinAt::Root) {
         return;
     }
+    // The table covers every token of the call whatever the layout, so its parallel tiles take
+    // the strided fallback's token count.
     const RopeVars v;
     const Var tokens{"tokens"}, token_tile{"token_tile"};
     cos_sin.compute_root()

@@ -247,17 +247,15 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
         }
         return;
     }
-    for (int64_t b = 0; b < batch; b++) {
+    // Offsets: the last position of a sequence is offset + seq - 1 (an offset beyond the limit is
+    // reported as is, before the sum could overflow). One scalar offset speaks for every item.
+    const char *what = pos.data != nullptr ? "positions.data (offsets)" : "positions.offset";
+    const int64_t items = pos.data != nullptr ? batch : 1;
+    for (int64_t b = 0; b < items; b++) {
         const int64_t offset = pos.data != nullptr ? read(b * pos.strides[0]) : pos.offset;
-        if (offset > limit) {
-            check(offset, offset, pos.data != nullptr ? "positions.data (offsets)" : "positions.offset", b, -1);
+        const int64_t last = offset > limit ? offset : offset + seq - 1;
+        if (!check(offset, last, what, b, -1)) {
             return;
-        }
-        if (!check(offset, offset + seq - 1, pos.data != nullptr ? "positions.data (offsets)" : "positions.offset", b, -1)) {
-            return;
-        }
-        if (pos.data == nullptr) {
-            return;  // one scalar offset: the first batch item speaks for all
         }
     }
 }

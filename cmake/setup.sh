@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the build needs into project-local folders, idempotently:
-#   - Debian packages (compilers, GoogleTest, Google Benchmark) via apt-get, only when missing;
+#   - Debian packages via apt-get, only when missing: compilers, GoogleTest, Google Benchmark, and
+#     for the hardening jobs clang with its sanitizer and libFuzzer runtimes, llvm (symbolizer) and
+#     qemu-user (the foreign-CPU runs);
 #   - a Python virtual environment in .venv with pinned halide, cmake and ninja from PyPI.
 # A second run only checks and returns in seconds.
 set -euo pipefail
@@ -9,7 +11,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${ROPEGEN_VENV:-$root/.venv}"
 requirements="$root/cmake/requirements.txt"
 
-debian_packages=(g++ python3 python3-venv libgtest-dev libgmock-dev libbenchmark-dev)
+debian_packages=(g++ python3 python3-venv libgtest-dev libgmock-dev libbenchmark-dev
+                 clang libclang-rt-14-dev llvm qemu-user)
 missing=()
 for pkg in "${debian_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <limits>
 #include <string>
+#include <system_error>
 
 #include "internal/kernel_table.h"
 #include "internal/runtime_state.h"
@@ -166,6 +167,45 @@ rope_status begin(const rope_params *params, rope_report *report, ValidCall *cal
     return finish(report, status, message);
 }
 
+// The scratch the generated kernels allocate (generators/rope_generator.cpp): with a computed
+// source, inv_freq (P floats or doubles; on the stack in fixed head_dim kernels) and, as the
+// schedules place it (cos_sin_at=root), one f32 cos and one f32 sin table of every token of a run.
+// Reserved before the kernel runs, an allocation failure is an error before any output is
+// written; fault_injection_test checks that no built kernel allocates beyond it. A kernel that
+// does is still safe where it allocates outside its parallel loops (see halide_glue.cpp).
+size_t kernel_scratch_bytes(const ValidCall &call, int64_t tokens) {
+    if (call.params.angles.source == ROPE_SOURCE_CACHE) {
+        return 0;
+    }
+    const size_t pairs = static_cast<size_t>(call.rotary_dim / 2);
+    size_t table = 0;
+    if (__builtin_mul_overflow(pairs * sizeof(float), static_cast<size_t>(tokens), &table) ||
+        table > std::numeric_limits<size_t>::max() / 4) {
+        return std::numeric_limits<size_t>::max();  // no allocator can serve it: reported as out of memory
+    }
+    return scratch_slot_bytes(pairs * sizeof(double)) + 2 * scratch_slot_bytes(table);
+}
+
+// What went wrong inside a kernel, and what it means for the outputs. Only a failure of a loop
+// that had already started (an engine's runner or a task) can leave outputs partly written.
+std::string failure_message(const CallContext &context, const KernelEntry &kernel, bool earlier_slices_written) {
+    const int64_t detail = context.failure_detail();
+    const std::string written = earlier_slices_written ? "; the slices of the call before it were written"
+                                                       : "; no output was written";
+    switch (context.failure()) {
+    case CallFailure::OutOfMemory:
+        return "out of memory: kernel " + std::string(kernel.name) + " could not allocate " + std::to_string(detail) +
+               " bytes of scratch" + written;
+    case CallFailure::ThreadStart:
+        return "could not start a worker thread of the library's thread pool (pthread_create: " +
+               std::error_code(static_cast<int>(detail), std::generic_category()).message() +
+               "); the pool goes on with the threads it has" + written;
+    default:
+        return "a parallel loop of kernel " + std::string(kernel.name) + " failed with " + std::to_string(detail) +
+               " (returned by the engine's parallel runner or a task); outputs may be partly written";
+    }
+}
+
 // Runs `kernel` over every slice of the call.
 rope_status run(const KernelEntry &kernel, const ValidCall &call, rope_report *report) {
     const rope_params &p = call.params;
@@ -195,6 +235,9 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, rope_report *r
     const int64_t pos_seq_stride = table ? pos.strides[1] * scale : 0;
     const int64_t pos_batch_stride = scalar ? 0 : pos.strides[0] * scale;
     const int32_t position_step = table ? 0 : 1;
+    // Halide's buffer strides are int32: a positions step beyond that is sliced away like a tensor's.
+    slice_axis[0] = slice_axis[0] || pos_batch_stride > kMaxStride;
+    slice_axis[1] = slice_axis[1] || pos_seq_stride > kMaxStride;
 
     // cos/sin tables (cache source): the kernel reads the f32 pair or, for tables in the tensor
     // dtype, the narrow pair; the other pair is a placeholder it never reads.
@@ -218,7 +261,13 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, rope_report *r
     // A call this small finishes before a second thread would wake: run it on the caller's.
     const int64_t bytes_moved = 2 * (p.q.sizes[0] * p.q.sizes[1]) * (p.q.sizes[2] + (call.has_k ? p.k.sizes[2] : 0)) *
                                 call.head_dim * static_cast<int64_t>(halide_type(p.q.dtype).bytes());
-    CallContext context{report, p.num_threads == 0 && bytes_moved < kSerialCallBytes ? 1 : p.num_threads};
+    CallContext context(report, p.num_threads == 0 && bytes_moved < kSerialCallBytes ? 1 : p.num_threads);
+    const int64_t slice_tokens = (slice_axis[0] ? 1 : batch) * (slice_axis[1] ? 1 : seq);
+    if (const size_t scratch = kernel_scratch_bytes(call, slice_tokens); !context.reserve_scratch(scratch)) {
+        return finish(report, ROPE_ERR_INTERNAL,
+                      "out of memory: could not reserve " + std::to_string(scratch) +
+                          " bytes of cos/sin scratch for kernel " + kernel.name + "; no output was written");
+    }
 
     const int64_t steps[3] = {slice_axis[0] ? batch : 1, slice_axis[1] ? seq : 1,
                               slice_axis[2] ? std::max(p.q.sizes[2], call.has_k ? p.k.sizes[2] : 0) : 1};
@@ -237,15 +286,13 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, rope_report *r
                 Buffer positions(static_cast<int32_t *>(pos_data) + pos_offset, halide_type_t(halide_type_int, 32), 2);
                 positions.set(0, slice.begin[1], slice.extent[1], slice.extent[1] > 1 ? pos_seq_stride : 0);
                 positions.set(1, slice.begin[0], slice.extent[0], slice.extent[0] > 1 ? pos_batch_stride : 0);
+                context.reuse_scratch();  // the previous slice's kernel has returned
                 const int result = kernel.function(
                     &context, &q.input.raw, &k.input.raw, &positions.raw, position_step, &cos_table.raw, &sin_table.raw,
                     &cos_narrow.raw, &sin_narrow.raw, narrow, call.base, call.attn_factor, sin_sign, call.rotary_offset, static_cast<int32_t>(pairs), &q.rotated.raw,
                     &q.lead.raw, &q.tail.raw, &k.rotated.raw, &k.lead.raw, &k.tail.raw);
-                if (result == 0 && context.parallel_error != 0) {
-                    return finish(report, ROPE_ERR_INTERNAL,
-                                  "a parallel loop of kernel " + std::string(kernel.name) + " failed with " +
-                                      std::to_string(context.parallel_error) +
-                                      " (returned by the engine's parallel runner or a task); outputs may be partly written");
+                if (result == 0 && context.failure() != CallFailure::None) {
+                    return finish(report, ROPE_ERR_INTERNAL, failure_message(context, kernel, b + s + h > 0));
                 }
                 if (result != 0) {
                     std::string message = "kernel " + std::string(kernel.name) + " failed with Halide error " +

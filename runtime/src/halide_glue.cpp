@@ -1,17 +1,32 @@
 // SPDX-License-Identifier: Apache-2.0
 // The Halide runtime hooks: errors become the caller's report (Halide's default handler prints
-// and aborts), and parallel loops run on the library's pool, on the calling thread only, or on an
-// engine's own pool, as the call asks.
+// and aborts), kernel scratch comes from a reservation the dispatcher made before the kernel ran,
+// the pool's worker threads are started with their failures seen, and parallel loops run on the
+// library's pool, on the calling thread only, or on an engine's own pool, as the call asks.
+//
+// The kernels are built without asserts: they neither check halide_malloc's result nor the
+// result of a parallel loop, and run on. So every failure is recorded in the call's CallContext
+// and every later parallel loop of that call is skipped; since every output of a kernel is
+// written inside a parallel loop, a failure seen before the first output loop starts leaves the
+// outputs untouched.
 #include <HalideRuntime.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
+#include <thread>
+#include <utility>
 
 #include "internal/kernel_table.h"
 #include "internal/runtime_state.h"
+#include "internal/tsan_annotations.h"
 
 namespace ropegen {
 
@@ -19,13 +34,8 @@ void init_isa_cap_from_environment();
 
 namespace {
 
-struct ParallelRunner {
-    rope_parallel_for_fn run;
-    void *pool;
-};
-std::atomic<const ParallelRunner *> g_runner{nullptr};
-
 void report_halide_error(void *user_context, const char *message) {
+    const tsan::CallbackScope checked;
     if (user_context != nullptr) {
         const auto *call = static_cast<const CallContext *>(user_context);
         set_report_message(call->report, std::string("Halide: ") + message);
@@ -37,6 +47,141 @@ void report_halide_error(void *user_context, const char *message) {
 void ignore_halide_print(void *, const char *) {
 }
 
+// --- kernel scratch ------------------------------------------------------------------------------
+// halide_malloc's contract (HalideRuntime.h): blocks aligned to 64 bytes on x86, sizes a multiple
+// of that, and 8 bytes before and after a block readable.
+constexpr size_t kScratchAlignment = 64;
+
+// The allocator Halide had before ropegen's hooks (its default, or whatever the application
+// installed first): reservations and the allocations they do not cover go there.
+halide_malloc_t g_next_malloc = nullptr;
+halide_free_t g_next_free = nullptr;
+
+// What halide_malloc returns when allocation fails: a kernel must not get null, since it does not
+// check. Kernels touch heap scratch only inside parallel loops (inv_freq, written at the top of a
+// kernel, is always within the reservation), and after a failure every later parallel loop of the
+// call is skipped, so nothing touches this block. An inaccessible page: a kernel breaking that
+// rule (a schedule allocating inside its tasks) faults at once instead of writing elsewhere.
+void *g_unusable_block = nullptr;
+
+void *allocate_for_kernel(void *user_context, size_t bytes) {
+    const tsan::CallbackScope checked;  // a schedule may allocate inside tasks
+    auto *call = static_cast<CallContext *>(user_context);
+    if (call == nullptr) {
+        return g_next_malloc(user_context, bytes);  // not a kernel of a call
+    }
+    if (void *block = call->take_scratch(bytes)) {
+        return block;
+    }
+    if (void *block = g_next_malloc(user_context, bytes)) {
+        return block;
+    }
+    call->fail(CallFailure::OutOfMemory, static_cast<int64_t>(bytes));
+    return g_unusable_block;
+}
+
+void free_for_kernel(void *user_context, void *block) {
+    const tsan::CallbackScope checked;
+    const auto *call = static_cast<const CallContext *>(user_context);
+    if (block == g_unusable_block || (call != nullptr && call->owns_scratch(block))) {
+        return;  // released with the reservation, or never allocated
+    }
+    g_next_free(user_context, block);
+}
+
+void install_allocator() {
+    g_next_malloc = halide_set_custom_malloc(allocate_for_kernel);
+    g_next_free = halide_set_custom_free(free_for_kernel);
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    void *unusable = mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    // Without a mapping, a static block serves (a broken kernel would then write there).
+    alignas(kScratchAlignment) static uint8_t fallback[kScratchAlignment];
+    g_unusable_block = unusable != MAP_FAILED ? unusable : fallback;
+}
+
+// --- the library's pool ------------------------------------------------------------------------
+// Halide's pool starts its workers inside the first parallel loop that needs them (with
+// halide_spawn_thread) and, when one cannot be started, counts it anyway and runs that loop on the
+// threads it has; it never retries. Before a call's first loop on the pool, while the pool may
+// still grow, an empty loop lets it start its workers, so that a failure is seen, and reported,
+// before the kernel writes anything.
+std::atomic<bool> g_pool_started{false};
+thread_local int t_thread_start_error = 0;  // set by halide_spawn_thread on the enqueuing thread
+
+int empty_task(void *, int, uint8_t *) {
+    return 0;
+}
+
+#ifdef ROPEGEN_TSAN
+// Halide's runtime stops its pool at exit, from a destructor of its own, waking the workers parked
+// in its synchronisation. Under TSan, stop it a moment earlier (C++ static destructors run before
+// those of .fini_array) inside a PoolScope; Halide's own call then finds nothing to do.
+struct StopPoolAtExit {
+    ~StopPoolAtExit() {
+        const tsan::PoolScope in_pool;
+        halide_shutdown_thread_pool();
+    }
+} g_stop_pool_at_exit;
+#endif
+
+int run_on_pool(void *user_context, halide_task_t task, int min, int extent, uint8_t *closure);
+
+bool start_pool(CallContext *call, void *user_context) {
+    if (g_pool_started.load(std::memory_order_acquire)) {
+        return true;
+    }
+    t_thread_start_error = 0;
+    run_on_pool(user_context, empty_task, 0, 1, nullptr);
+    if (const int error = std::exchange(t_thread_start_error, 0); error != 0) {
+        if (call != nullptr) {
+            call->fail(CallFailure::ThreadStart, error);
+        }
+        return false;
+    }
+    g_pool_started.store(true, std::memory_order_release);
+    return true;
+}
+
+// --- parallel loops ------------------------------------------------------------------------------
+struct ParallelRunner {
+    rope_parallel_for_fn run;
+    void *pool;
+};
+
+// The engine's runner, read whole by every parallel loop and replaced at any time: a sequence
+// lock (odd while a writer is between its stores) around two atomics, so a reader never sees the
+// function of one runner with the pool of another, and nothing is allocated or freed.
+class RunnerSlot {
+public:
+    void set(ParallelRunner runner) {
+        std::lock_guard<std::mutex> lock(writers_);
+        const unsigned sequence = sequence_.load(std::memory_order_relaxed);
+        sequence_.store(sequence + 1, std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_release);
+        run_.store(runner.run, std::memory_order_relaxed);
+        pool_.store(runner.pool, std::memory_order_relaxed);
+        sequence_.store(sequence + 2, std::memory_order_release);
+    }
+    ParallelRunner get() const {
+        for (;;) {
+            const unsigned before = sequence_.load(std::memory_order_acquire);
+            const ParallelRunner runner{run_.load(std::memory_order_relaxed), pool_.load(std::memory_order_relaxed)};
+            std::atomic_thread_fence(std::memory_order_acquire);
+            if (before % 2 == 0 && sequence_.load(std::memory_order_relaxed) == before) {
+                return runner;
+            }
+            std::this_thread::yield();  // a writer is between its stores
+        }
+    }
+
+private:
+    std::mutex writers_;
+    std::atomic<unsigned> sequence_{0};
+    std::atomic<rope_parallel_for_fn> run_{nullptr};
+    std::atomic<void *> pool_{nullptr};
+};
+RunnerSlot g_runner;
+
 // A parallel loop spread over exactly `workers` tasks of the library's pool: task w runs the
 // iterations w, w + workers, ...
 struct StridedLoop {
@@ -46,13 +191,31 @@ struct StridedLoop {
 };
 
 int run_strided(void *user_context, int worker, uint8_t *closure) {
+    const tsan::CallbackScope checked;
+    tsan::handoff_acquire(closure);
     const auto *loop = reinterpret_cast<const StridedLoop *>(closure);
-    for (int i = worker; i < loop->extent; i += loop->workers) {
-        if (int result = loop->task(user_context, loop->min + i, loop->closure)) {
-            return result;
-        }
+    int result = 0;
+    for (int i = worker; i < loop->extent && result == 0; i += loop->workers) {
+        result = loop->task(user_context, loop->min + i, loop->closure);
     }
-    return 0;
+    tsan::handoff_release(closure);
+    return result;
+}
+
+// Runs a loop on the library's pool.
+int run_on_pool(void *user_context, halide_task_t task, int min, int extent, uint8_t *closure) {
+    if (closure != nullptr) {
+        tsan::handoff_release(closure);
+    }
+    int result = 0;
+    {
+        const tsan::PoolScope in_pool;
+        result = halide_default_do_par_for(user_context, task, min, extent, closure);
+    }
+    if (closure != nullptr) {
+        tsan::handoff_acquire(closure);
+    }
+    return result;
 }
 
 // An engine's pool sees tasks as (task_context, index).
@@ -68,8 +231,9 @@ int run_engine_task(void *task_context, int index) {
     return loop->task(loop->user_context, loop->min + index, loop->closure);
 }
 
-int run_par_for(const CallContext *call, void *user_context, halide_task_t task, int min, int extent,
-                uint8_t *closure) {
+constexpr int kSkippedLoop = halide_error_code_generic_error;
+
+int run_par_for(CallContext *call, void *user_context, halide_task_t task, int min, int extent, uint8_t *closure) {
     const int threads = call != nullptr ? call->num_threads : 0;
     if (threads == 1 || extent <= 1) {
         for (int i = 0; i < extent; i++) {
@@ -79,29 +243,78 @@ int run_par_for(const CallContext *call, void *user_context, halide_task_t task,
         }
         return 0;
     }
-    if (const ParallelRunner *runner = g_runner.load(std::memory_order_acquire)) {
+    if (const ParallelRunner runner = g_runner.get(); runner.run != nullptr) {
         EngineLoop loop{task, user_context, min, closure};
-        return runner->run(runner->pool, run_engine_task, &loop, extent);
+        return runner.run(runner.pool, run_engine_task, &loop, extent);
+    }
+    if (!start_pool(call, user_context)) {
+        return kSkippedLoop;
     }
     if (threads == 0 || threads >= extent) {
-        return halide_default_do_par_for(user_context, task, min, extent, closure);
+        return run_on_pool(user_context, task, min, extent, closure);
     }
     StridedLoop loop{task, min, extent, threads, closure};
-    return halide_default_do_par_for(user_context, run_strided, 0, threads, reinterpret_cast<uint8_t *>(&loop));
+    return run_on_pool(user_context, run_strided, 0, threads, reinterpret_cast<uint8_t *>(&loop));
 }
 
-// Parallel loops start on the calling thread, so recording the first failure in the call's
-// context needs no synchronisation; the dispatcher reports it after the kernel returns.
+// Parallel loops start on the calling thread; the first failure is recorded in the call's
+// context (the dispatcher reports it after the kernel returns) and every later loop is skipped.
 int do_par_for(void *user_context, halide_task_t task, int min, int extent, uint8_t *closure) {
     auto *call = static_cast<CallContext *>(user_context);
+    if (call != nullptr && call->failure() != CallFailure::None) {
+        return kSkippedLoop;
+    }
     const int result = run_par_for(call, user_context, task, min, extent, closure);
-    if (result != 0 && call != nullptr && call->parallel_error == 0) {
-        call->parallel_error = result;
+    if (result != 0 && call != nullptr) {
+        call->fail(CallFailure::ParallelLoop, result);
     }
     return result;
 }
 
 }  // namespace
+
+CallContext::~CallContext() {
+    if (scratch_ != nullptr) {
+        g_next_free(this, scratch_);
+    }
+}
+
+bool CallContext::reserve_scratch(size_t bytes) {
+    if (bytes == 0) {
+        return true;
+    }
+    scratch_ = static_cast<uint8_t *>(g_next_malloc(this, bytes));
+    scratch_size_ = scratch_ != nullptr ? bytes : 0;
+    return scratch_ != nullptr;
+}
+
+void *CallContext::take_scratch(size_t bytes) {
+    const size_t slot = scratch_slot_bytes(bytes);
+    size_t used = scratch_used_.load(std::memory_order_relaxed);
+    do {
+        if (slot > scratch_size_ - used) {
+            return nullptr;
+        }
+    } while (!scratch_used_.compare_exchange_weak(used, used + slot, std::memory_order_relaxed));
+    return scratch_ + used;
+}
+
+bool CallContext::fail(CallFailure kind, int64_t detail) {
+    // Claim first, so that of two failures at once one kind goes with its own detail; a claim
+    // already counts as a failure for the loops that check.
+    int expected = static_cast<int>(CallFailure::None);
+    if (!failure_.compare_exchange_strong(expected, kFailureClaimed, std::memory_order_acq_rel)) {
+        return false;
+    }
+    failure_detail_.store(detail, std::memory_order_relaxed);
+    failure_.store(static_cast<int>(kind), std::memory_order_release);
+    return true;
+}
+
+size_t scratch_slot_bytes(size_t bytes) {
+    // A multiple of the alignment, then one more alignment unit as the readable gap after it.
+    return (bytes + 2 * kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+}
 
 void set_report_message(rope_report *report, const std::string &message) {
     if (report == nullptr || report->struct_size < sizeof(rope_report)) {
@@ -117,11 +330,13 @@ void ensure_initialized() {
     std::call_once(once, [] {
         halide_set_error_handler(report_halide_error);
         halide_set_custom_print(ignore_halide_print);
+        install_allocator();
         halide_set_custom_do_par_for(do_par_for);
         init_isa_cap_from_environment();
         if (const char *threads = std::getenv("ROPE_NUM_THREADS")) {
             const int n = std::atoi(threads);
             if (n > 0) {
+                const tsan::PoolScope in_pool;  // takes the pool's lock
                 halide_set_num_threads(n);
             }
         }
@@ -130,21 +345,64 @@ void ensure_initialized() {
 
 }  // namespace ropegen
 
+// Halide's pool starts its workers with these (weak in its runtime). Its own version ignores
+// pthread_create's result: the handle of a thread that never started is joined at exit. These
+// tell the enqueuing thread (ropegen::start_pool) and never join a thread that did not start.
+namespace {
+struct SpawnedThread {
+    void (*body)(void *);
+    void *closure;
+    pthread_t handle;
+    bool started;
+};
+SpawnedThread g_thread_not_allocated{nullptr, nullptr, {}, false};
+
+void *run_spawned_thread(void *arg) {
+    const auto *thread = static_cast<const SpawnedThread *>(arg);
+    const ropegen::tsan::PoolScope in_pool;  // the pool's worker loop
+    thread->body(thread->closure);
+    return nullptr;
+}
+}  // namespace
+
+extern "C" struct halide_thread *halide_spawn_thread(void (*body)(void *), void *closure) {
+    const ropegen::tsan::CallbackScope checked;
+    auto *thread = new (std::nothrow) SpawnedThread{body, closure, {}, false};
+    const int error = thread != nullptr ? pthread_create(&thread->handle, nullptr, run_spawned_thread, thread) : ENOMEM;
+    if (thread != nullptr) {
+        thread->started = error == 0;
+    }
+    if (error != 0) {
+        ropegen::t_thread_start_error = error;
+    }
+    return reinterpret_cast<halide_thread *>(thread != nullptr ? thread : &g_thread_not_allocated);
+}
+
+extern "C" void halide_join_thread(struct halide_thread *handle) {
+    auto *thread = reinterpret_cast<SpawnedThread *>(handle);
+    if (thread == &g_thread_not_allocated) {
+        return;
+    }
+    if (thread->started) {
+        pthread_join(thread->handle, nullptr);
+    }
+    delete thread;
+}
+
 extern "C" rope_status rope_set_num_threads(int n) {
     ropegen::ensure_initialized();
     if (n < 1) {
         return ROPE_ERR_BAD_VALUE;
     }
-    halide_set_num_threads(n);
+    {
+        const ropegen::tsan::PoolScope in_pool;  // takes the pool's lock
+        halide_set_num_threads(n);
+    }
+    ropegen::g_pool_started.store(false, std::memory_order_release);  // it may have to grow
     return ROPE_OK;
 }
 
 extern "C" void rope_set_parallel_runner(rope_parallel_for_fn run, void *pool) {
     ropegen::ensure_initialized();
-    // Runners are few and set rarely; each lives for the process so a racing call never sees a
-    // freed one.
-    static std::mutex mutex;
-    std::lock_guard<std::mutex> lock(mutex);
-    ropegen::g_runner.store(run != nullptr ? new ropegen::ParallelRunner{run, pool} : nullptr,
-                            std::memory_order_release);
+    ropegen::g_runner.set({run, run != nullptr ? pool : nullptr});
 }

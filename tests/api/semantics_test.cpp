@@ -2,7 +2,6 @@
 // What rope_dispatch() does with legal but unusual arguments: empty tensors, broadcast inputs
 // (zero strides), the cache source with an attn_factor set, and outputs that overlap themselves.
 #include <gtest/gtest.h>
-#include <sys/mman.h>
 
 #include <array>
 #include <cstring>
@@ -10,6 +9,7 @@
 
 #include "support/kernels.h"
 #include "support/rope_case.h"
+#include "support/sparse_buffer.h"
 
 namespace ropegen::test {
 namespace {
@@ -104,30 +104,6 @@ TEST(ApiSemantics, OutputOverlappingItselfIsRejected) {
         EXPECT_TRUE(call.check_all_unchanged());
     }
 }
-
-/// Anonymous memory reserved without being committed: only the pages a test touches are backed,
-/// so a view can span more than 2^31 elements cheaply.
-class SparseBuffer {
-public:
-    explicit SparseBuffer(size_t bytes) : bytes_(bytes) {
-        void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        data_ = p == MAP_FAILED ? nullptr : static_cast<uint8_t *>(p);
-    }
-    ~SparseBuffer() {
-        if (data_ != nullptr) {
-            munmap(data_, bytes_);
-        }
-    }
-    SparseBuffer(const SparseBuffer &) = delete;
-    SparseBuffer &operator=(const SparseBuffer &) = delete;
-    uint8_t *data() const {
-        return data_;
-    }
-
-private:
-    size_t bytes_;
-    uint8_t *data_;
-};
 
 // A stride of q beyond int32 on one token or head axis (the dispatcher then runs the kernels slice
 // by slice, k included): the results are bit for bit those of a compact copy of the same input.

@@ -5,6 +5,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -25,6 +30,64 @@ CaseSpec f32_case(int64_t head_dim) {
 
 bool ends_with(const std::string &text, const std::string &suffix) {
     return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// --- CPU detection -------------------------------------------------------------------------------
+
+/// The level Linux's view of the CPU implies: /proc/cpuinfo lists avx and avx512* only when the
+/// kernel saves those registers, which is the dispatcher's xgetbv rule.
+rope_isa isa_from_cpuinfo(std::string *why) {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(cpuinfo, line)) {
+        if (line.rfind("flags", 0) != 0) {
+            continue;
+        }
+        std::istringstream words(line.substr(line.find(':') + 1));
+        const std::set<std::string> flags{std::istream_iterator<std::string>(words), {}};
+        const auto has_all = [&](std::initializer_list<const char *> names) {
+            return std::all_of(names.begin(), names.end(), [&](const char *name) { return flags.count(name) != 0; });
+        };
+        if (!has_all({"sse4_1"})) {
+            return ROPE_ISA_NONE;
+        }
+        if (!has_all({"avx", "avx2", "fma", "f16c"})) {
+            return ROPE_ISA_SSE41;
+        }
+        return has_all({"avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl"}) ? ROPE_ISA_AVX512 : ROPE_ISA_AVX2;
+    }
+    *why = "/proc/cpuinfo has no flags line";
+    return ROPE_ISA_NONE;
+}
+
+// Under qemu-x86_64 -cpu <model> (the foreign-CPU runs of tests/CMakeLists.txt) /proc/cpuinfo is
+// still the host's, so those runs name the level the model implies in ROPEGEN_EXPECTED_ISA.
+TEST(IsaDetection, MatchesTheCpu) {
+    std::string why;
+    rope_isa expected = ROPE_ISA_NONE;
+    if (const char *named = std::getenv("ROPEGEN_EXPECTED_ISA")) {
+        bool known = false;
+        for (rope_isa isa : {ROPE_ISA_AVX512, ROPE_ISA_AVX2, ROPE_ISA_SSE41, ROPE_ISA_NONE}) {
+            if (std::string(named) == isa_name(isa)) {
+                expected = isa;
+                known = true;
+            }
+        }
+        ASSERT_TRUE(known) << "ROPEGEN_EXPECTED_ISA=" << named << " is not avx512, avx2, sse41 or none";
+    } else {
+        expected = isa_from_cpuinfo(&why);
+        if (!why.empty()) {
+            GTEST_SKIP() << "cannot tell the CPU's level independently: " << why;
+        }
+    }
+    EXPECT_EQ(isa_name(detected_isa()), std::string(isa_name(expected)));
+    EXPECT_EQ(isa_name(rope_active_isa()), std::string(isa_name(expected)));
+    if (expected == ROPE_ISA_NONE) {  // below the baseline: every call is refused, nothing runs
+        RopeCall call(f32_case(128));
+        EXPECT_EQ(call.run(dispatch_runner()), ROPE_ERR_UNSUPPORTED);
+        EXPECT_NE(std::string(call.report().message), "");
+        EXPECT_TRUE(call.check_all_unchanged());
+    }
 }
 
 // --- ISA cap -------------------------------------------------------------------------------------

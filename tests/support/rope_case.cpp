@@ -59,6 +59,65 @@ std::string hex(uint32_t bits) {
     return out.str();
 }
 
+// The first `count` values of `values` between guard pages.
+template <typename T>
+GuardedBytes guarded_copy(const std::vector<T> &values, size_t count, GuardedBytes::Flush flush) {
+    return GuardedBytes(reinterpret_cast<const uint8_t *>(values.data()), count * sizeof(T), flush);
+}
+
+// The D lanes of head (b, s, h) as stored.
+std::vector<uint32_t> head_bits(const Tensor &tensor, int64_t b, int64_t s, int64_t h) {
+    std::vector<uint32_t> bits(static_cast<size_t>(tensor.head_dim()));
+    for (int64_t d = 0; d < tensor.head_dim(); d++) {
+        bits[d] = tensor.bits(b, s, h, d);
+    }
+    return bits;
+}
+
+// Judges the D lanes of one head after a call (`out_bits`) against the oracle's `rotation` of its
+// lanes before (`in_bits`), spec §7: rotated lanes within the tolerance of the dtype and source,
+// the others bit-exact copies. `where(d)` names lane d in messages.
+template <typename Where>
+void judge_head(const CaseSpec &c, const ref::RotationMatrix &rotation, const std::vector<uint32_t> &in_bits,
+                const std::vector<uint32_t> &out_bits, const Where &where, Failures &failures) {
+    const int rotary_dim = c.effective_rotary_dim();
+    const double tolerance = ref::relative_tolerance(c.source, c.effective_attn_factor());
+    std::vector<double> x(in_bits.size());
+    std::transform(in_bits.begin(), in_bits.end(), x.begin(),
+                   [&](uint32_t bits) { return ref::decode(bits, c.dtype); });
+    const std::vector<double> y = rotation.apply(x);
+    for (int64_t d = 0; d < c.head_dim; d++) {
+        const uint32_t got_bits = out_bits[d];
+        const double got = ref::decode(got_bits, c.dtype);
+        const int partner = ref::partner_lane(c.style, static_cast<int>(d), rotary_dim, c.rotary_offset);
+        if (partner < 0) {  // outside the rotary slice: a bit-exact copy
+            if (got_bits != in_bits[d]) {
+                failures.add(where(d), " pass-through lane: got ", hex(got_bits), " want ", hex(in_bits[d]));
+            }
+            continue;
+        }
+        const double want = y[d];
+        const double max_pair = std::max(std::fabs(x[d]), std::fabs(x[partner]));
+        bool ok;
+        if (std::isnan(want)) {
+            ok = std::isnan(got);
+        } else if (std::isinf(want)) {
+            ok = got == want;
+        } else if (c.dtype == ROPE_DTYPE_F32) {
+            ok = std::isfinite(got) && std::fabs(got - want) <= tolerance * max_pair + ref::kF32SubnormalSlack;
+        } else {
+            ok = std::isfinite(got) &&
+                 (ref::ulp_distance(got_bits, ref::encode(want, c.dtype), c.dtype) <= ref::kSixteenBitUlps ||
+                  std::fabs(got - want) <= ref::kSixteenBitRelTol * max_pair);
+        }
+        if (!ok) {
+            failures.add(where(d), " x=(", x[d], ", ", x[partner], ") got ", got, " (", hex(got_bits), ") want ",
+                         want, " error ", std::fabs(got - want), " = ", std::fabs(got - want) / max_pair,
+                         " * max|x_pair|");
+        }
+    }
+}
+
 }  // namespace
 
 std::string CaseSpec::describe() const {
@@ -73,6 +132,9 @@ std::string CaseSpec::describe() const {
     out << " pad=" << row_pad << " " << memory_name(memory) << " positions=" << position_mode_name(positions.mode)
         << (positions.index_type == ROPE_INDEX_INT64 ? "/i64" : "/i32") << " base=" << base << " attn=" << attn_factor
         << " seed=" << seed;
+    if (flush == GuardedBytes::Flush::Start) {
+        out << " guard=start";
+    }
     return out.str();
 }
 
@@ -85,15 +147,15 @@ RopeCall::RopeCall(CaseSpec spec) : spec_(std::move(spec)) {
     switch (c.memory) {
         case Memory::Separate:
         case Memory::InPlace:
-            q = Tensor::make(c.dtype, q_sizes, c.layout, c.row_pad);
+            q = Tensor::make(c.dtype, q_sizes, c.layout, c.row_pad, c.flush);
             if (has_k) {
-                k = Tensor::make(c.dtype, k_sizes, c.layout, c.row_pad);
+                k = Tensor::make(c.dtype, k_sizes, c.layout, c.row_pad, c.flush);
             }
             break;
         case Memory::PackedQkv:
         case Memory::PackedQkvInPlace: {
             PackedQkv packed = make_packed_qkv(c.dtype, c.batch, c.seq, c.q_heads, std::max<int64_t>(c.k_heads, 1),
-                                               c.head_dim);
+                                               c.head_dim, c.flush);
             q = packed.q;
             if (has_k) {
                 k = packed.k;
@@ -106,9 +168,10 @@ RopeCall::RopeCall(CaseSpec spec) : spec_(std::move(spec)) {
         q_out = q;
         k_out = k;
     } else {
-        q_out = Tensor::make(c.dtype, q_sizes, out_layout, c.memory == Memory::Separate ? c.row_pad : 0);
+        const int64_t out_pad = c.memory == Memory::Separate ? c.row_pad : 0;
+        q_out = Tensor::make(c.dtype, q_sizes, out_layout, out_pad, c.flush);
         if (has_k) {
-            k_out = Tensor::make(c.dtype, k_sizes, out_layout, c.memory == Memory::Separate ? c.row_pad : 0);
+            k_out = Tensor::make(c.dtype, k_sizes, out_layout, out_pad, c.flush);
         }
     }
 
@@ -136,14 +199,21 @@ RopeCall::RopeCall(CaseSpec spec) : spec_(std::move(spec)) {
         const int pairs = c.effective_rotary_dim() / 2;
         cache_ = ref::build_cache(len, c.effective_rotary_dim(), pairs + c.cache_row_pad, c.effective_base(),
                                   c.effective_attn_factor());
-        if (c.cache_in_dtype) {
-            // The kernel reads the 16-bit tables; the oracle reads the same values, widened.
-            for (auto [table, narrow] : {std::pair{&cache_.cos, &narrow_cos_}, std::pair{&cache_.sin, &narrow_sin_}}) {
-                for (float &value : *table) {
-                    narrow->push_back(static_cast<uint16_t>(ref::encode(value, c.dtype)));
-                    value = static_cast<float>(ref::decode(narrow->back(), c.dtype));
-                }
+        // The call may read rows 0..len-1, R/2 values each: the last row's padding is left out so
+        // that its last value touches the guard page.
+        const auto readable = static_cast<size_t>((len - 1) * cache_.row_stride + pairs);
+        for (auto [table, guarded] : {std::pair{&cache_.cos, &cos_table_}, std::pair{&cache_.sin, &sin_table_}}) {
+            if (!c.cache_in_dtype) {
+                *guarded = guarded_copy(*table, readable, c.flush);
+                continue;
             }
+            // The kernel reads the 16-bit tables; the oracle reads the same values, widened.
+            std::vector<uint16_t> narrow;
+            for (float &value : *table) {
+                narrow.push_back(static_cast<uint16_t>(ref::encode(value, c.dtype)));
+                value = static_cast<float>(ref::decode(narrow.back(), c.dtype));
+            }
+            *guarded = guarded_copy(narrow, readable, c.flush);
         }
     }
     snapshot();
@@ -153,7 +223,6 @@ void RopeCall::build_positions() {
     const CaseSpec &c = spec_;
     const PositionsSpec &p = c.positions;
     positions_.assign(static_cast<size_t>(c.batch * c.seq), 0);
-    std::vector<int64_t> stored;  // the array the call reads, -1 in unused slots
     for (int64_t b = 0; b < c.batch; b++) {
         for (int64_t s = 0; s < c.seq; s++) {
             switch (p.mode) {
@@ -165,34 +234,33 @@ void RopeCall::build_positions() {
             }
         }
     }
+    if (p.mode == PositionMode::ScalarOffset || c.batch == 0 || c.seq == 0) {
+        return;
+    }
     if (p.mode == PositionMode::BatchOffsets) {
         position_strides_[0] = 1 + p.pad;
-        stored.assign(static_cast<size_t>(c.batch * position_strides_[0]), -1);
-        for (int64_t b = 0; b < c.batch; b++) {
-            stored[b * position_strides_[0]] = p.values.at(b);
-        }
-    } else if (p.mode == PositionMode::Table && p.shared_rows) {
+    } else if (p.shared_rows) {
         position_strides_[0] = 0;
         position_strides_[1] = 1 + p.pad;
-        stored.assign(static_cast<size_t>(c.seq * (1 + p.pad)), -1);
-        for (int64_t s = 0; s < c.seq; s++) {
-            stored[s * position_strides_[1]] = p.values.at(s);
-        }
-    } else if (p.mode == PositionMode::Table) {
+    } else {
         position_strides_[0] = p.transposed ? 1 : c.seq + p.pad;
         position_strides_[1] = p.transposed ? c.batch + p.pad : 1;
-        stored.assign(static_cast<size_t>(c.batch * c.seq * (1 + p.pad) + p.pad + 1), -1);
-        for (int64_t b = 0; b < c.batch; b++) {
-            for (int64_t s = 0; s < c.seq; s++) {
-                stored.at(b * position_strides_[0] + s * position_strides_[1]) = p.values.at(b * c.seq + s);
-            }
+    }
+    // The array the call reads: up to its last entry, so that it touches the guard page; -1 in
+    // the unused slots.
+    std::vector<int64_t> stored(
+        static_cast<size_t>((c.batch - 1) * position_strides_[0] + (c.seq - 1) * position_strides_[1] + 1), -1);
+    for (int64_t b = 0; b < c.batch; b++) {
+        for (int64_t s = 0; s < c.seq; s++) {
+            stored.at(b * position_strides_[0] + s * position_strides_[1]) =
+                p.mode == PositionMode::BatchOffsets ? p.values.at(b) : positions_[b * c.seq + s];
         }
     }
     if (p.index_type == ROPE_INDEX_INT64) {
-        positions64_ = stored;
+        positions_table_ = guarded_copy(stored, stored.size(), c.flush);
     } else {
         // Values that do not fit are a test's own mistake; int32 tests keep positions small.
-        positions32_.assign(stored.begin(), stored.end());
+        positions_table_ = guarded_copy(std::vector<int32_t>(stored.begin(), stored.end()), stored.size(), c.flush);
     }
 }
 
@@ -226,8 +294,7 @@ rope_params RopeCall::params() const {
     }
     p.positions.index_type = c.positions.index_type;
     if (c.positions.mode != PositionMode::ScalarOffset) {
-        p.positions.data = c.positions.index_type == ROPE_INDEX_INT64 ? static_cast<const void *>(positions64_.data())
-                                                                      : static_cast<const void *>(positions32_.data());
+        p.positions.data = positions_table_.data();
         p.positions.strides[0] = position_strides_[0];
         p.positions.strides[1] = position_strides_[1];
     }
@@ -235,8 +302,8 @@ rope_params RopeCall::params() const {
     p.angles.base = c.base;
     p.angles.attn_factor = c.attn_factor;
     if (c.source == ROPE_SOURCE_CACHE) {
-        p.angles.cos_cache = c.cache_in_dtype ? static_cast<const void *>(narrow_cos_.data()) : cache_.cos.data();
-        p.angles.sin_cache = c.cache_in_dtype ? static_cast<const void *>(narrow_sin_.data()) : cache_.sin.data();
+        p.angles.cos_cache = cos_table_.data();
+        p.angles.sin_cache = sin_table_.data();
         p.angles.cache_dtype = c.cache_in_dtype ? c.dtype : ROPE_DTYPE_F32;
         p.angles.cache_len = cache_.len;
         p.angles.cache_row_stride = c.cache_row_pad != 0 ? cache_.row_stride : 0;
@@ -276,65 +343,36 @@ ref::CosSin RopeCall::angles(int64_t position) const {
     return {};
 }
 
-std::vector<double> RopeCall::reference_head(bool is_k, int64_t b, int64_t s, int64_t h) const {
+ref::RotationMatrix RopeCall::token_rotation(int64_t b, int64_t s) const {
     const CaseSpec &c = spec_;
-    const ref::RotationMatrix matrix = ref::rotation_matrix(static_cast<int>(c.head_dim), c.effective_rotary_dim(),
-                                                            c.rotary_offset, c.style, angles(position(b, s)));
-    return matrix.apply((is_k ? k_in : q_in).head(b, s, h));
+    return ref::rotation_matrix(static_cast<int>(c.head_dim), c.effective_rotary_dim(), c.rotary_offset, c.style,
+                                angles(position(b, s)));
+}
+
+std::vector<double> RopeCall::reference_head(bool is_k, int64_t b, int64_t s, int64_t h) const {
+    return token_rotation(b, s).apply((is_k ? k_in : q_in).head(b, s, h));
 }
 
 ::testing::AssertionResult RopeCall::check_outputs() const {
     const CaseSpec &c = spec_;
-    const int rotary_dim = c.effective_rotary_dim();
-    const double tolerance = ref::relative_tolerance(c.source, c.effective_attn_factor());
     Failures failures;
-    for (const bool is_k : {false, true}) {
-        if (is_k && c.k_heads == 0) {
-            continue;
-        }
-        const Tensor &in = is_k ? k_in : q_in;
-        const Tensor &out = is_k ? k_out : q_out;
-        in.for_each_head([&](int64_t b, int64_t s, int64_t h) {
-            const std::vector<double> x = in.head(b, s, h);
-            const std::vector<double> y = reference_head(is_k, b, s, h);
-            for (int64_t d = 0; d < c.head_dim; d++) {
-                const uint32_t got_bits = out.bits(b, s, h, d);
-                const double got = ref::decode(got_bits, c.dtype);
-                const auto where = [&] {
-                    std::ostringstream w;
-                    w << (is_k ? "k" : "q") << "[b=" << b << ",s=" << s << ",h=" << h << ",d=" << d
-                      << "] pos=" << position(b, s);
-                    return w.str();
-                };
-                const int partner = ref::partner_lane(c.style, static_cast<int>(d), rotary_dim, c.rotary_offset);
-                if (partner < 0) {  // outside the rotary slice: a bit-exact copy
-                    const uint32_t want_bits = in.bits(b, s, h, d);
-                    if (got_bits != want_bits) {
-                        failures.add(where(), " pass-through lane: got ", hex(got_bits), " want ", hex(want_bits));
-                    }
-                    continue;
-                }
-                const double want = y[d];
-                const double max_pair = std::max(std::fabs(x[d]), std::fabs(x[partner]));
-                bool ok;
-                if (std::isnan(want)) {
-                    ok = std::isnan(got);
-                } else if (std::isinf(want)) {
-                    ok = got == want;
-                } else if (c.dtype == ROPE_DTYPE_F32) {
-                    ok = std::isfinite(got) && std::fabs(got - want) <= tolerance * max_pair + ref::kF32SubnormalSlack;
-                } else {
-                    ok = std::isfinite(got) &&
-                         (ref::ulp_distance(got_bits, ref::encode(want, c.dtype), c.dtype) <= ref::kSixteenBitUlps ||
-                          std::fabs(got - want) <= ref::kSixteenBitRelTol * max_pair);
-                }
-                if (!ok) {
-                    failures.add(where(), " x=(", x[d], ", ", x[partner], ") got ", got, " (", hex(got_bits),
-                                 ") want ", want, " error ", std::fabs(got - want), " = ",
-                                 std::fabs(got - want) / max_pair, " * max|x_pair|");
+    for (int64_t b = 0; b < c.batch; b++) {
+        for (int64_t s = 0; s < c.seq; s++) {
+            const ref::RotationMatrix rotation = token_rotation(b, s);  // shared by the token's q and k heads
+            for (const bool is_k : {false, true}) {
+                const Tensor &in = is_k ? k_in : q_in;
+                const Tensor &out = is_k ? k_out : q_out;
+                for (int64_t h = 0; h < (is_k ? c.k_heads : c.q_heads); h++) {
+                    const auto where = [&](int64_t d) {
+                        std::ostringstream w;
+                        w << (is_k ? "k" : "q") << "[b=" << b << ",s=" << s << ",h=" << h << ",d=" << d
+                          << "] pos=" << position(b, s);
+                        return w.str();
+                    };
+                    judge_head(c, rotation, head_bits(in, b, s, h), head_bits(out, b, s, h), where, failures);
                 }
             }
-        });
+        }
     }
     return failures.result("outputs differ from the fp64 oracle");
 }
@@ -354,13 +392,14 @@ void Snapshot::add(const Tensor &tensor) {
     const bool seen =
         std::any_of(before_.begin(), before_.end(), [&](const auto &entry) { return entry.first == tensor.storage(); });
     if (!seen) {
-        before_.emplace_back(tensor.storage(), tensor.storage()->bytes);
+        const GuardedBytes &bytes = tensor.storage()->bytes;
+        before_.emplace_back(tensor.storage(), std::vector<uint8_t>(bytes.begin(), bytes.end()));
     }
 }
 
 ::testing::AssertionResult Snapshot::unchanged() const {
     for (const auto &[storage, bytes] : before_) {
-        if (storage->bytes != bytes) {
+        if (!std::equal(bytes.begin(), bytes.end(), storage->bytes.begin(), storage->bytes.end())) {
             const auto mismatch = std::mismatch(bytes.begin(), bytes.end(), storage->bytes.begin());
             return ::testing::AssertionFailure()
                    << "a buffer changed at byte " << (mismatch.first - bytes.begin()) << " of " << bytes.size();
@@ -373,7 +412,7 @@ void Snapshot::add(const Tensor &tensor) {
     Failures failures;
     for (const auto &[storage, bytes] : before_) {
         const std::vector<bool> covered = covered_elements(*storage, outputs);
-        const Storage old{storage->dtype, bytes};
+        const Storage old{storage->dtype, GuardedBytes(bytes.data(), bytes.size())};
         for (int64_t i = 0; i < storage->elements(); i++) {
             if (!covered[i] && storage->bits(i) != old.bits(i)) {
                 failures.add("element ", i, " outside the outputs changed from ", hex(old.bits(i)), " to ",
@@ -382,6 +421,13 @@ void Snapshot::add(const Tensor &tensor) {
         }
     }
     return failures.result("memory outside the outputs was written");
+}
+
+::testing::AssertionResult check_head(const CaseSpec &spec, const reference::RotationMatrix &rotation,
+                                      const std::vector<uint32_t> &in_bits, const std::vector<uint32_t> &out_bits) {
+    Failures failures;
+    judge_head(spec, rotation, in_bits, out_bits, [](int64_t d) { return "lane " + std::to_string(d); }, failures);
+    return failures.result("a head differs from the fp64 oracle");
 }
 
 void expect_correct(const CaseSpec &spec, const Runner &runner, const char *kernel) {

@@ -69,6 +69,9 @@ struct CaseSpec {
     Fill fill = Fill::Uniform;
     uint64_t seed = 1;
     int32_t num_threads = 0;
+    /// Which end of every buffer the call sees (tensors, positions, cos/sin tables) touches its
+    /// guard page: End catches reads and writes past the end, Start before the beginning.
+    GuardedBytes::Flush flush = GuardedBytes::Flush::End;
 
     int effective_rotary_dim() const {
         return rotary_dim != 0 ? rotary_dim : static_cast<int>(head_dim);
@@ -144,17 +147,24 @@ public:
 private:
     void build_positions();
     void snapshot();
+    /// The oracle's rotation of every head of token (b, s).
+    reference::RotationMatrix token_rotation(int64_t b, int64_t s) const;
 
     CaseSpec spec_;
     std::vector<int64_t> positions_;  ///< resolved, [b * seq + s]
-    std::vector<int32_t> positions32_;
-    std::vector<int64_t> positions64_;
+    GuardedBytes positions_table_;    ///< what positions.data points at: the entries the call may read, no more
     int64_t position_strides_[2] = {0, 0};
-    reference::CosSinCache cache_;
-    std::vector<uint16_t> narrow_cos_, narrow_sin_;  ///< cache_ in the tensor dtype (cache_in_dtype)
+    reference::CosSinCache cache_;         ///< the oracle's tables (values narrowed when cache_in_dtype)
+    GuardedBytes cos_table_, sin_table_;  ///< what the call reads: cache_ up to the last row's R/2 values
     Snapshot before_;
     rope_report report_ = rope_report_init();
 };
+
+/// The D lanes of one head after a call (`out_bits`) against the oracle's `rotation` of its lanes
+/// before it (`in_bits`), as check_outputs() judges them, for a call `spec` describes (dtype,
+/// style, source, rotary slice): for buffers that no RopeCall owns.
+::testing::AssertionResult check_head(const CaseSpec &spec, const reference::RotationMatrix &rotation,
+                                      const std::vector<uint32_t> &in_bits, const std::vector<uint32_t> &out_bits);
 
 /// Runs `spec` with `runner`, asserting success, correct outputs and untouched memory (and,
 /// when given, that report.kernel names `kernel`).

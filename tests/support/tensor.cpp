@@ -44,7 +44,7 @@ void Storage::set_bits(int64_t index, uint32_t value) {
     }
 }
 
-Tensor Tensor::make(rope_dtype dtype, Sizes sizes, Layout layout, int64_t row_pad) {
+Tensor Tensor::make(rope_dtype dtype, Sizes sizes, Layout layout, int64_t row_pad, GuardedBytes::Flush flush) {
     const auto [batch, seq, heads, dim] = sizes;
     const int64_t row = dim + row_pad;  // elements from one head to the next in memory
     Tensor t;
@@ -54,9 +54,8 @@ Tensor Tensor::make(rope_dtype dtype, Sizes sizes, Layout layout, int64_t row_pa
         case Layout::BHSD: t.strides_ = {heads * seq * row, row, seq * row, 1}; break;
         case Layout::SBHD: t.strides_ = {heads * row, batch * heads * row, row, 1}; break;
     }
-    t.storage_ = std::make_shared<Storage>();
-    t.storage_->dtype = dtype;
-    t.storage_->bytes.assign(static_cast<size_t>(batch * seq * heads * row) * ref::dtype_size(dtype), kCanaryByte);
+    const size_t bytes = static_cast<size_t>(batch * seq * heads * row) * ref::dtype_size(dtype);
+    t.storage_ = std::make_shared<Storage>(Storage{dtype, GuardedBytes(bytes, kCanaryByte, flush)});
     return t;
 }
 
@@ -118,8 +117,8 @@ rope_tensor Tensor::rope() const {
 }
 
 PackedQkv make_packed_qkv(rope_dtype dtype, int64_t batch, int64_t seq, int64_t q_heads, int64_t k_heads,
-                          int64_t head_dim) {
-    const Tensor all = Tensor::make(dtype, {batch, seq, q_heads + 2 * k_heads, head_dim});
+                          int64_t head_dim, GuardedBytes::Flush flush) {
+    const Tensor all = Tensor::make(dtype, {batch, seq, q_heads + 2 * k_heads, head_dim}, Layout::BSHD, 0, flush);
     const Sizes strides = all.strides();
     return {all.view({batch, seq, q_heads, head_dim}, 0, strides),
             all.view({batch, seq, k_heads, head_dim}, q_heads * head_dim, strides),

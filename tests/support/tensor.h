@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ropegen/rope.h"
+#include "support/guarded_bytes.h"
 
 namespace ropegen::test {
 
@@ -21,10 +22,10 @@ const char *layout_name(Layout layout);
 
 using Sizes = std::array<int64_t, 4>;  ///< [batch, seq, heads, head_dim]
 
-/// Bytes of one dtype; several views may share one.
+/// Bytes of one dtype between guard pages; several views may share one.
 struct Storage {
     rope_dtype dtype;
-    std::vector<uint8_t> bytes;
+    GuardedBytes bytes;
     int64_t elements() const;
     uint32_t bits(int64_t index) const;
     void set_bits(int64_t index, uint32_t bits);
@@ -39,7 +40,9 @@ public:
     Tensor() = default;
     /// A new buffer of `sizes` in `layout`. `row_pad` extra elements follow every head's D lanes
     /// (a head stride > D) and stay canary; they check that nothing outside the view is written.
-    static Tensor make(rope_dtype dtype, Sizes sizes, Layout layout = Layout::BSHD, int64_t row_pad = 0);
+    /// The buffer's last byte touches a guard page (or its first, with GuardedBytes::Flush::Start).
+    static Tensor make(rope_dtype dtype, Sizes sizes, Layout layout = Layout::BSHD, int64_t row_pad = 0,
+                       GuardedBytes::Flush flush = GuardedBytes::Flush::End);
     /// A view of `sizes` into this tensor's buffer, starting `element_offset` elements after this
     /// view's first element, with explicit strides.
     Tensor view(Sizes sizes, int64_t element_offset, Sizes strides) const;
@@ -92,12 +95,13 @@ private:
 };
 
 /// q, k and v as views into one packed [batch, seq, q_heads + 2*k_heads, D] buffer (the fused
-/// QKV projection output that engines rotate in place).
+/// QKV projection output that engines rotate in place). q's first element or v's last touches the
+/// buffer's guard page, as `flush` says.
 struct PackedQkv {
     Tensor q, k, v;
 };
 PackedQkv make_packed_qkv(rope_dtype dtype, int64_t batch, int64_t seq, int64_t q_heads, int64_t k_heads,
-                          int64_t head_dim);
+                          int64_t head_dim, GuardedBytes::Flush flush = GuardedBytes::Flush::End);
 
 // --- fills -------------------------------------------------------------------------------------
 /// Uniform values in [-1, 1) rounded to the dtype (deterministic for a seeded engine).

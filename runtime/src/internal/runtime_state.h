@@ -3,22 +3,75 @@
 // that travels through Halide as user_context.
 #pragma once
 
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "ropegen/rope.h"
 
 namespace ropegen {
 
-/// Everything one call carries into the Halide runtime hooks (passed as user_context).
-struct CallContext {
-    rope_report *report;     ///< may be null
-    int num_threads;         ///< 0: the library's pool as configured; 1: the calling thread
-    int parallel_error = 0;  ///< first non-zero result of a parallel loop (kernels built without
-                             ///< asserts do not check it themselves)
+/// Why a kernel could not finish. The kernels are built without asserts, so they run on after a
+/// failed allocation or parallel loop; the runtime hooks record the first failure of a call and
+/// then skip every later parallel loop of it (every output is written inside one).
+enum class CallFailure : int {
+    None = 0,
+    ParallelLoop,  ///< an engine's runner or a task returned non-zero (detail: that value)
+    OutOfMemory,   ///< halide_malloc could not allocate (detail: the bytes asked for)
+    ThreadStart,   ///< a worker of the library's pool could not be started (detail: the errno)
 };
 
+/// Everything one call carries into the Halide runtime hooks (passed as user_context). Fields
+/// that hooks on other threads may touch are atomics.
+struct CallContext {
+    CallContext(rope_report *report, int num_threads) : report(report), num_threads(num_threads) {
+    }
+    ~CallContext();
+    CallContext(const CallContext &) = delete;
+    CallContext &operator=(const CallContext &) = delete;
+
+    rope_report *report;  ///< may be null
+    int num_threads;      ///< 0: the library's pool as configured; 1: the calling thread
+
+    /// Reserves `bytes` of scratch (through the allocator halide_malloc would use) that
+    /// halide_malloc then hands out to this call's kernel; false if it cannot be allocated.
+    bool reserve_scratch(size_t bytes);
+    /// Makes the whole reservation available again (between two kernel runs of one call).
+    void reuse_scratch() {
+        scratch_used_.store(0, std::memory_order_relaxed);
+    }
+    /// `bytes` of the reservation in halide_malloc's layout, or null when they do not fit.
+    void *take_scratch(size_t bytes);
+    bool owns_scratch(const void *pointer) const {
+        return scratch_ != nullptr && pointer >= scratch_ && pointer < scratch_ + scratch_size_;
+    }
+
+    /// Records a failure unless one is recorded already; true if this one was recorded.
+    bool fail(CallFailure kind, int64_t detail);
+    CallFailure failure() const {
+        return static_cast<CallFailure>(failure_.load(std::memory_order_acquire));
+    }
+    int64_t failure_detail() const {
+        return failure_detail_.load(std::memory_order_acquire);
+    }
+
+private:
+    static constexpr int kFailureClaimed = -1;  // a failure is being recorded
+
+    uint8_t *scratch_ = nullptr;
+    size_t scratch_size_ = 0;
+    std::atomic<size_t> scratch_used_{0};
+    std::atomic<int> failure_{0};
+    std::atomic<int64_t> failure_detail_{0};
+};
+
+/// The room one kernel allocation of `bytes` takes in a scratch reservation (alignment and the
+/// bytes halide_malloc must keep readable around a block included).
+size_t scratch_slot_bytes(size_t bytes);
+
 /// Initialises the runtime once (thread-safe): CPU detection, ROPE_MAX_ISA, ROPE_NUM_THREADS,
-/// and the Halide hooks (error handler, parallel loop). Every public entry point calls it.
+/// and the Halide hooks (error handler, allocator, parallel loop). Every public entry point calls it.
 void ensure_initialized();
 
 /// The level the dispatcher may use now: detected_isa() lowered by the cap.

@@ -1,0 +1,370 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "call_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+
+namespace ropegen::fuzz {
+namespace {
+
+constexpr int64_t kTwo31 = int64_t{1} << 31;
+
+class Rules {
+public:
+    explicit Rules(Verdict *verdict) : verdict_(verdict) {
+    }
+    /// A rule of the ABI: when `broken`, the call must be rejected (with `status` or another
+    /// broken rule's).
+    template <typename... Parts>
+    void require(bool holds, rope_status status, const Parts &...why) {
+        if (!holds) {
+            std::ostringstream text;
+            (text << ... << why);
+            verdict_->broken.emplace_back(status, text.str());
+        }
+    }
+    /// A documented limit: when `applies`, rejecting with `status` is acceptable.
+    void tolerate(bool applies, rope_status status) {
+        const auto &known = verdict_->tolerated;
+        if (applies && std::find(known.begin(), known.end(), status) == known.end()) {
+            verdict_->tolerated.push_back(status);
+        }
+    }
+
+private:
+    Verdict *verdict_;
+};
+
+bool is_dtype(int32_t dtype) {
+    return dtype >= ROPE_DTYPE_F32 && dtype <= ROPE_DTYPE_BF16;
+}
+
+// --- aliasing -----------------------------------------------------------------------------------
+
+/// Byte intervals [start, start + length) of a view, sorted by start.
+struct Intervals {
+    std::vector<int64_t> starts;
+    int64_t length = 0;
+};
+
+Intervals element_intervals(const View &v) {
+    Intervals out{{}, v.element_bytes()};
+    for (int64_t b = 0; b < v.sizes[0]; b++)
+        for (int64_t s = 0; s < v.sizes[1]; s++)
+            for (int64_t h = 0; h < v.sizes[2]; h++)
+                for (int64_t d = 0; d < v.sizes[3]; d++) {
+                    out.starts.push_back(v.byte_offset + v.index(b, s, h, d) * v.element_bytes());
+                }
+    std::sort(out.starts.begin(), out.starts.end());
+    return out;
+}
+
+/// One interval per token covering all its heads: how a library may compare two views that walk
+/// the same token lattice (packed QKV, a KV cache).
+Intervals token_intervals(const View &v) {
+    Intervals out{{}, ((v.sizes[2] - 1) * v.strides[2] + v.sizes[3]) * v.element_bytes()};
+    for (int64_t b = 0; b < v.sizes[0]; b++)
+        for (int64_t s = 0; s < v.sizes[1]; s++) {
+            out.starts.push_back(v.byte_offset + (b * v.strides[0] + s * v.strides[1]) * v.element_bytes());
+        }
+    std::sort(out.starts.begin(), out.starts.end());
+    return out;
+}
+
+bool intervals_meet(const Intervals &a, const Intervals &b) {
+    size_t i = 0, j = 0;
+    while (i < a.starts.size() && j < b.starts.size()) {
+        if (a.starts[i] + a.length <= b.starts[j]) {
+            i++;
+        } else if (b.starts[j] + b.length <= a.starts[i]) {
+            j++;
+        } else {
+            return true;
+        }
+    }
+    return false;
+}
+
+bool has_repeated_address(const Intervals &a) {
+    for (size_t i = 1; i < a.starts.size(); i++) {
+        if (a.starts[i] - a.starts[i - 1] < a.length) {
+            return true;
+        }
+    }
+    return false;
+}
+
+bool same_description(const View &a, const View &b) {
+    return a.arena == b.arena && a.byte_offset == b.byte_offset && std::equal(a.sizes, a.sizes + 4, b.sizes) &&
+           std::equal(a.strides, a.strides + 4, b.strides);
+}
+
+/// The same elements at the same addresses, maybe described with other strides on axes of size 1.
+bool same_elements(const View &a, const View &b) {
+    if (a.arena != b.arena || a.byte_offset != b.byte_offset || a.element_bytes() != b.element_bytes() ||
+        !std::equal(a.sizes, a.sizes + 4, b.sizes)) {
+        return false;
+    }
+    for (int axis = 0; axis < 4; axis++) {
+        if (a.sizes[axis] > 1 && a.strides[axis] != b.strides[axis]) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool byte_ranges_disjoint(const View &a, const View &b) {
+    const int64_t a_first = a.byte_offset + a.min_index * a.element_bytes();
+    const int64_t a_end = a.byte_offset + (a.max_index + 1) * a.element_bytes();
+    const int64_t b_first = b.byte_offset + b.min_index * b.element_bytes();
+    const int64_t b_end = b.byte_offset + (b.max_index + 1) * b.element_bytes();
+    return a_end <= b_first || b_end <= a_first;
+}
+
+/// Both views walk one token lattice (same batch/seq sizes and strides, no repeated token) and
+/// no token's span of heads meets the other's.
+bool token_spans_disjoint(const View &a, const View &b) {
+    const auto repeated = [](const View &v) {
+        return (v.sizes[0] > 1 && v.strides[0] == 0) || (v.sizes[1] > 1 && v.strides[1] == 0);
+    };
+    const bool same_lattice = a.sizes[0] == b.sizes[0] && a.sizes[1] == b.sizes[1] &&
+                              (a.sizes[0] == 1 || a.strides[0] == b.strides[0]) &&
+                              (a.sizes[1] == 1 || a.strides[1] == b.strides[1]) && !repeated(a) && !repeated(b) &&
+                              a.element_bytes() == b.element_bytes() &&
+                              (a.byte_offset - b.byte_offset) % a.element_bytes() == 0;
+    const auto no_negative = [](const View &v) {
+        return std::all_of(v.strides, v.strides + 4, [](int64_t s) { return s >= 0; });
+    };
+    return same_lattice && no_negative(a) && no_negative(b) && !intervals_meet(token_intervals(a), token_intervals(b));
+}
+
+/// With the axes sorted by stride, each stride clears the span of those inside it: no two
+/// elements share an address (the test an implementation can afford; it may miss a few).
+bool provably_self_disjoint(const View &v) {
+    int order[4] = {0, 1, 2, 3};
+    std::sort(order, order + 4, [&](int x, int y) { return v.strides[x] < v.strides[y]; });
+    int64_t span = 0;
+    for (int axis : order) {
+        if (v.sizes[axis] <= 1) {
+            continue;
+        }
+        if (v.strides[axis] <= span) {
+            return false;
+        }
+        span += (v.sizes[axis] - 1) * v.strides[axis];
+    }
+    return true;
+}
+
+void judge_aliasing(const FuzzCall &call, Rules &rules) {
+    const bool has_k = call.has_k();
+    const auto used = [&](int t) { return t == kQ || t == kQOut || has_k; };
+    const auto in_memory = [&](int t) { return !call.view(t).null && call.view(t).has_elements(); };
+    // A view too large for the harness to allocate cannot be compared element by element.
+    const auto unknown = [&](int t) { return in_memory(t) && call.view(t).arena < 0; };
+
+    for (int out : {kQOut, kKOut}) {
+        rules.tolerate(used(out) && call.view(out).empty, ROPE_ERR_OVERLAP);  // TEMP known bug 1
+        if (!used(out) || !in_memory(out)) {
+            continue;
+        }
+        const View &v = call.view(out);
+        if (unknown(out)) {
+            rules.tolerate(true, ROPE_ERR_OVERLAP);
+        } else if (!provably_self_disjoint(v)) {
+            const bool repeats = has_repeated_address(element_intervals(v));
+            rules.require(!repeats, ROPE_ERR_OVERLAP, kTensorNames[out], " maps two elements to one address");
+            rules.tolerate(!repeats, ROPE_ERR_OVERLAP);
+        }
+    }
+    struct Pair {
+        int out, other;
+    };
+    for (const Pair &pair : {Pair{kQOut, kQ}, Pair{kQOut, kK}, Pair{kKOut, kK}, Pair{kKOut, kQ}, Pair{kQOut, kKOut}}) {
+        if (!used(pair.out) || !used(pair.other) || !in_memory(pair.out) || !in_memory(pair.other)) {
+            continue;
+        }
+        if (unknown(pair.out) || unknown(pair.other)) {
+            rules.tolerate(true, ROPE_ERR_OVERLAP);
+            continue;
+        }
+        const View &out = call.view(pair.out), &other = call.view(pair.other);
+        if (out.arena != other.arena) {
+            continue;
+        }
+        const bool own_input = pair.other == pair.out - 2;
+        if (own_input && same_description(out, other)) {
+            continue;  // in place
+        }
+        if (own_input && same_elements(out, other)) {
+            rules.tolerate(true, ROPE_ERR_OVERLAP);  // in place in effect, though not "same strides"
+            continue;
+        }
+        const bool share = intervals_meet(element_intervals(out), element_intervals(other));
+        rules.require(!share, ROPE_ERR_OVERLAP, kTensorNames[pair.out], " shares memory with ",
+                      kTensorNames[pair.other], own_input ? " without being exactly it (spec §4)" : " (spec §4)");
+        rules.tolerate(!share && !byte_ranges_disjoint(out, other) && !token_spans_disjoint(out, other),
+                       ROPE_ERR_OVERLAP);
+    }
+}
+
+// --- everything else ------------------------------------------------------------------------------
+
+void judge_tensors(const FuzzCall &call, Rules &rules) {
+    const rope_params &p = call.params();
+    const int32_t q_dtype = enum_value(p.q.dtype);
+    const int64_t head_dim = p.q.sizes[3];
+    for (int t = 0; t < kTensorCount; t++) {
+        if ((t == kK || t == kKOut) && !call.has_k()) {
+            continue;
+        }
+        const View &v = call.view(t);
+        const char *name = kTensorNames[t];
+        rules.require(!v.null, ROPE_ERR_NULL_POINTER, name, ".data is NULL");
+        rules.require(is_dtype(v.dtype), ROPE_ERR_BAD_ENUM, name, ".dtype=", v.dtype);
+        rules.require(!is_dtype(v.dtype) || !is_dtype(q_dtype) || v.dtype == q_dtype, ROPE_ERR_DTYPE_MISMATCH, name,
+                      ".dtype differs from q's");
+        for (int axis = 0; axis < 4; axis++) {
+            rules.require(v.sizes[axis] >= 0, ROPE_ERR_BAD_SHAPE, name, ".sizes[", axis, "] < 0");
+            rules.require(v.strides[axis] >= 0, ROPE_ERR_BAD_STRIDE, name, ".strides[", axis, "] < 0");
+        }
+        rules.require(v.strides[3] == 1 || v.sizes[3] <= 1, ROPE_ERR_BAD_STRIDE, name, ".strides[3] != 1");
+        rules.require(!v.overflows, ROPE_ERR_SIZE_OVERFLOW, name, ": element count or byte span beyond int64");
+        rules.tolerate(v.may_overflow, ROPE_ERR_SIZE_OVERFLOW);
+        if (t != kQ) {
+            rules.require(v.sizes[3] == head_dim, ROPE_ERR_BAD_HEAD_DIM, name, ".sizes[3] differs from q's");
+            const View &partner = call.view(t == kKOut ? kK : kQ);
+            const int shared_axes = t == kK ? 2 : 3;  // k may have its own head count
+            for (int axis = 0; axis < shared_axes; axis++) {
+                rules.require(v.sizes[axis] == partner.sizes[axis], ROPE_ERR_BAD_SHAPE, name, ".sizes[", axis,
+                              "] differs from ", t == kKOut ? "k" : "q");
+            }
+        }
+    }
+    rules.require(head_dim > 0 && head_dim % 2 == 0, ROPE_ERR_BAD_HEAD_DIM, "head_dim=", head_dim,
+                  " is not even and positive");
+    rules.tolerate(head_dim > std::numeric_limits<int32_t>::max(), ROPE_ERR_BAD_HEAD_DIM);
+
+    const int64_t rotary = p.rotary_dim != 0 ? p.rotary_dim : head_dim;
+    rules.require(rotary >= 2 && rotary % 2 == 0 && rotary <= head_dim, ROPE_ERR_BAD_ROTARY, "rotary_dim=", rotary,
+                  " breaks 2 <= R <= D, R even");
+    rules.require(p.rotary_offset >= 0 && static_cast<__int128>(p.rotary_offset) + rotary <= head_dim,
+                  ROPE_ERR_BAD_ROTARY, "rotary_offset=", p.rotary_offset, " breaks o >= 0, o + R <= D");
+}
+
+void judge_angles(const FuzzCall &call, Rules &rules) {
+    const rope_params &p = call.params();
+    const rope_angles &a = p.angles;
+    const int32_t source = enum_value(a.source);
+    rules.require(p.num_threads >= 0, ROPE_ERR_BAD_VALUE, "num_threads=", p.num_threads);
+    if (source == ROPE_SOURCE_COMPAT || source == ROPE_SOURCE_PRECISE) {
+        const double base = a.base != 0 ? a.base : 10000.0;
+        const double attn_factor = a.attn_factor != 0 ? a.attn_factor : 1.0;
+        rules.require(std::isfinite(base) && base > 0, ROPE_ERR_BAD_VALUE, "base=", base);
+        rules.tolerate(base <= 1, ROPE_ERR_BAD_VALUE);  // the library asks for base > 1
+        // compat takes powf of f32(base) (spec §5): a base beyond f32's range may be refused.
+        rules.tolerate(source == ROPE_SOURCE_COMPAT && base > std::numeric_limits<float>::max(), ROPE_ERR_BAD_VALUE);
+        rules.require(std::isfinite(attn_factor), ROPE_ERR_BAD_VALUE, "attn_factor=", attn_factor);
+    }
+    if (source != ROPE_SOURCE_CACHE) {
+        return;
+    }
+    rules.require(a.cos_cache != nullptr && a.sin_cache != nullptr, ROPE_ERR_NULL_POINTER, "a cos/sin table is NULL");
+    rules.require(a.cache_len > 0, ROPE_ERR_BAD_VALUE, "cache_len=", a.cache_len);
+    const int32_t cache_dtype = enum_value(a.cache_dtype);
+    rules.require(is_dtype(cache_dtype), ROPE_ERR_BAD_ENUM, "cache_dtype=", cache_dtype);
+    rules.require(!is_dtype(cache_dtype) || cache_dtype == ROPE_DTYPE_F32 || cache_dtype == enum_value(p.q.dtype),
+                  ROPE_ERR_DTYPE_MISMATCH, "cache_dtype=", cache_dtype, " is neither f32 nor the tensors' dtype");
+    const int64_t rotary = p.rotary_dim != 0 ? p.rotary_dim : p.q.sizes[3];
+    const int64_t pairs = rotary / 2;
+    const int64_t row_stride = a.cache_row_stride != 0 ? a.cache_row_stride : pairs;
+    if (rotary >= 2 && rotary % 2 == 0) {
+        rules.require(row_stride >= pairs, ROPE_ERR_BAD_STRIDE, "cache_row_stride=", a.cache_row_stride, " < R/2");
+    }
+    rules.tolerate(row_stride >= kTwo31, ROPE_ERR_BAD_STRIDE);  // rows indexed with int32
+    int64_t bytes = 0;
+    rules.require(a.cache_len <= 0 || row_stride <= 0 ||
+                      (!__builtin_mul_overflow(a.cache_len, row_stride, &bytes) &&
+                       !__builtin_mul_overflow(bytes, element_size(cache_dtype), &bytes)),
+                  ROPE_ERR_SIZE_OVERFLOW, "cache_len x row stride overflows");
+}
+
+void judge_positions(const FuzzCall &call, Rules &rules) {
+    const rope_params &p = call.params();
+    const rope_positions &pos = p.positions;
+    const int32_t kind = enum_value(pos.kind), index_type = enum_value(pos.index_type);
+    rules.require(kind == ROPE_POSITIONS_OFFSET || kind == ROPE_POSITIONS_TABLE, ROPE_ERR_BAD_ENUM, "positions.kind=",
+                  kind);
+    const bool table = kind == ROPE_POSITIONS_TABLE;
+    const bool reads_data = table || (kind == ROPE_POSITIONS_OFFSET && pos.data != nullptr);
+    const bool index_type_valid = index_type == ROPE_INDEX_INT32 || index_type == ROPE_INDEX_INT64;
+    rules.require(index_type_valid || !reads_data, ROPE_ERR_BAD_ENUM, "positions.index_type=", index_type);
+    rules.tolerate(!index_type_valid, ROPE_ERR_BAD_ENUM);  // checked even when no array is read
+    const bool strides_valid = pos.strides[0] >= 0 && (pos.strides[1] >= 0 || !table);
+    rules.require(strides_valid || !reads_data, ROPE_ERR_BAD_STRIDE, "positions.strides < 0");
+    rules.tolerate(pos.strides[0] < 0 || pos.strides[1] < 0, ROPE_ERR_BAD_STRIDE);
+
+    const bool tokens = p.q.sizes[0] > 0 && p.q.sizes[1] > 0;
+    rules.require(!tokens || !table || pos.data != nullptr, ROPE_ERR_NULL_POINTER, "positions.data is NULL");
+    if (!call.positions().known) {
+        return;
+    }
+    const bool cache = enum_value(p.angles.source) == ROPE_SOURCE_CACHE;
+    const __int128 lowest = call.positions().min, highest = call.positions().max;
+    rules.require(lowest >= 0, ROPE_ERR_POSITION_OUT_OF_RANGE, "a position is negative");
+    rules.require(!cache || highest < p.angles.cache_len, ROPE_ERR_POSITION_OUT_OF_RANGE, "position ",
+                  static_cast<int64_t>(std::min<__int128>(highest, std::numeric_limits<int64_t>::max())),
+                  " is not below cache_len=", p.angles.cache_len);
+    rules.tolerate(highest >= kTwo31, ROPE_ERR_POSITION_OUT_OF_RANGE);  // kernels index with int32
+}
+
+}  // namespace
+
+bool Verdict::allows_rejection(int32_t status) const {
+    return std::any_of(broken.begin(), broken.end(), [&](const auto &rule) { return rule.first == status; }) ||
+           std::find(tolerated.begin(), tolerated.end(), status) != tolerated.end();
+}
+
+std::string Verdict::describe() const {
+    std::ostringstream out;
+    for (const auto &[status, why] : broken) {
+        out << "  breaks: " << rope_status_string(status) << " -- " << why << "\n";
+    }
+    for (rope_status status : tolerated) {
+        out << "  may also get: " << rope_status_string(status) << "\n";
+    }
+    if (broken.empty()) {
+        out << "  breaks no rule: a valid call\n";
+    }
+    return out.str();
+}
+
+Verdict judge_validity(const FuzzCall &call) {
+    Verdict verdict;
+    Rules rules(&verdict);
+    if (call.params_pointer() == nullptr) {
+        rules.require(false, ROPE_ERR_NULL_POINTER, "params is NULL");
+        return verdict;
+    }
+    const rope_params &p = call.params();
+    // A struct of another size or version is not read any further.
+    rules.require(p.abi_version == ROPE_ABI_VERSION, ROPE_ERR_ABI_MISMATCH, "abi_version=", p.abi_version);
+    rules.require(p.struct_size == sizeof(rope_params), ROPE_ERR_ABI_MISMATCH, "struct_size=", p.struct_size);
+    if (!verdict.valid()) {
+        return verdict;
+    }
+    const int32_t style = enum_value(p.style), direction = enum_value(p.direction);
+    const int32_t source = enum_value(p.angles.source);
+    rules.require(style == ROPE_STYLE_HALF || style == ROPE_STYLE_INTERLEAVED, ROPE_ERR_BAD_ENUM, "style=", style);
+    rules.require(direction == ROPE_FORWARD || direction == ROPE_INVERSE, ROPE_ERR_BAD_ENUM, "direction=", direction);
+    rules.require(source >= ROPE_SOURCE_CACHE && source <= ROPE_SOURCE_PRECISE, ROPE_ERR_BAD_ENUM, "source=", source);
+    judge_tensors(call, rules);
+    judge_angles(call, rules);
+    judge_positions(call, rules);
+    judge_aliasing(call, rules);
+    return verdict;
+}
+
+}  // namespace ropegen::fuzz

@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: Apache-2.0
+// Concurrency: many threads call rope_dispatch at once with every kind of call while others
+// change the process-wide settings under them (ISA cap, pool size, engine runner). Every result
+// must be bit-identical to the serial result of the kernel the call's report names (the cap may
+// change while a call is in flight, so which kernel runs is the call's own business). Run under
+// ThreadSanitizer by the tsan preset.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine_pool.h"
+#include "stress_support.h"
+
+namespace ropegen::test {
+namespace {
+
+constexpr int kCallerThreads = 12;
+
+// One call of the mix and the serial result of every kernel the dispatcher may pick for it under
+// some ISA cap.
+struct Job {
+    CaseSpec spec;
+    std::map<std::string, Outputs> serial;  // by kernel name
+};
+
+// The caps a thread may set, each of them at most what the CPU has.
+std::vector<rope_isa> caps() {
+    std::vector<rope_isa> caps{ROPE_ISA_NONE};
+    for (rope_isa isa : {ROPE_ISA_SSE41, ROPE_ISA_AVX2, ROPE_ISA_AVX512}) {
+        if (isa <= detected_isa()) {
+            caps.push_back(isa);
+        }
+    }
+    return caps;
+}
+
+// Calls of every key of the build (a varied spread for each, so all layouts and memory kinds
+// meet), with their serial results.
+std::vector<Job> make_jobs() {
+    std::vector<Job> jobs;
+    uint64_t seed = 100;
+    for (const KernelEntry *kernel : one_kernel_per_key()) {
+        const std::vector<CaseSpec> cases = varied_cases(*kernel, seed);
+        // Two of the spread per key keep the run short; which two rotates over the keys.
+        for (size_t i = 0; i < 2; i++) {
+            Job job{cases[(seed + 3 * i) % cases.size()], {}};
+            job.spec.num_threads = 1;
+            const RopeCall probe(job.spec);
+            for (rope_isa cap : caps()) {
+                const rope_isa level = cap == ROPE_ISA_NONE ? detected_isa() : cap;
+                const KernelEntry *candidate = first_matching_kernel(probe.params(), level);
+                if (candidate == nullptr || job.serial.count(candidate->name) != 0) {
+                    continue;
+                }
+                RopeCall call(job.spec);
+                EXPECT_EQ(call.run(kernel_runner(*candidate)), ROPE_OK) << call.report().message;
+                job.serial.emplace(candidate->name, Outputs::of(call));
+            }
+            jobs.push_back(std::move(job));
+        }
+        seed += 10;
+    }
+    return jobs;
+}
+
+// What went wrong on the caller threads, reported on the test's thread.
+class Failures {
+public:
+    void add(const std::string &what) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (list_.size() < 20) {
+            list_.push_back(what);
+        }
+        count_++;
+    }
+    ::testing::AssertionResult none() const {
+        if (count_ == 0) {
+            return ::testing::AssertionSuccess();
+        }
+        ::testing::AssertionResult result = ::testing::AssertionFailure() << count_ << " failure(s):";
+        for (const std::string &what : list_) {
+            result << "\n  " << what;
+        }
+        return result;
+    }
+
+private:
+    std::mutex mutex_;
+    std::vector<std::string> list_;
+    int count_ = 0;
+};
+
+// Runs `call` through rope_dispatch and checks it against the serial result of the kernel that ran.
+void check_call(RopeCall &call, const Job &job, Failures &failures) {
+    const rope_status status = call.run(dispatch_runner());
+    const std::string what = std::string(call.report().kernel) + " " + call.spec().describe() +
+                             " num_threads=" + std::to_string(call.spec().num_threads);
+    if (status != ROPE_OK) {
+        failures.add(what + ": " + rope_status_string(status) + " " + call.report().message);
+        return;
+    }
+    const auto serial = job.serial.find(call.report().kernel);
+    if (serial == job.serial.end()) {
+        failures.add(what + ": a kernel no ISA cap selects");
+        return;
+    }
+    if (::testing::AssertionResult same = agree(call, serial->second); !same) {
+        failures.add(what + ": " + same.message());
+    }
+}
+
+class ConcurrencyTest : public ::testing::Test {
+protected:
+    void TearDown() override {
+        rope_set_max_isa(ROPE_ISA_NONE);
+        rope_set_parallel_runner(nullptr, nullptr);
+        rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    }
+};
+
+// Every thread runs its share of the mix with changing num_threads; one in three also changes
+// one process-wide setting before each of its calls, so settings change under calls in flight.
+TEST_F(ConcurrencyTest, CallsRacingSettingChangesMatchSerialResults) {
+    const std::vector<Job> jobs = make_jobs();
+    ASSERT_FALSE(jobs.empty());
+    const std::vector<rope_isa> isa_caps = caps();
+    ReverseOrderPool engine(2);
+    Failures failures;
+    std::atomic<int> calls{0};
+    auto caller = [&](int thread) {
+        for (int round = 0; round < 24; round++) {
+            const int step = thread + round * kCallerThreads;
+            switch (thread % 3) {
+            case 0: rope_set_max_isa(isa_caps[step % isa_caps.size()]); break;
+            case 1: rope_set_num_threads(1 + step % 4); break;
+            default:
+                rope_set_parallel_runner(step % 2 == 0 ? &ReverseOrderPool::run : nullptr, &engine);
+                break;
+            }
+            const Job &job = jobs[step % jobs.size()];
+            CaseSpec c = job.spec;
+            c.num_threads = varied_num_threads()[(step / 3) % varied_num_threads().size()];
+            RopeCall call(c);
+            check_call(call, job, failures);
+            calls++;
+        }
+    };
+    std::vector<std::thread> threads;
+    for (int thread = 0; thread < kCallerThreads; thread++) {
+        threads.emplace_back(caller, thread);
+    }
+    for (std::thread &thread : threads) {
+        thread.join();
+    }
+    EXPECT_EQ(calls.load(), kCallerThreads * 24);
+    EXPECT_TRUE(failures.none());
+}
+
+// Engines share one cos/sin cache and read the same activations from many threads: calls that
+// read the same inputs at once, each writing outputs of its own, all give the serial bits.
+TEST_F(ConcurrencyTest, CallsSharingTheirInputsMatchSerialResults) {
+    for (const KernelEntry *kernel : one_kernel_per_key()) {
+        if (kernel->source != ROPE_SOURCE_CACHE) {
+            continue;
+        }
+        CaseSpec spec = varied_cases(*kernel, 41).front();
+        const RopeCall shared(spec);  // its inputs and tables; never run itself
+        RopeCall serial(spec);
+        ASSERT_EQ(serial.run(kernel_runner(*kernel)), ROPE_OK) << serial.report().message;
+        const Outputs want = Outputs::of(serial);
+        Failures failures;
+        std::vector<std::thread> threads;
+        for (int thread = 0; thread < kCallerThreads; thread++) {
+            threads.emplace_back([&, thread] {
+                const Outputs mine{Tensor::make(spec.dtype, want.q.sizes(), spec.layout),
+                                   Tensor::make(spec.dtype, want.k.sizes(), spec.layout)};
+                rope_params params = shared.params();
+                params.q_out = mine.q.rope();
+                params.k_out = mine.k.rope();
+                params.num_threads = varied_num_threads()[thread % varied_num_threads().size()];
+                rope_report report = rope_report_init();
+                if (run_kernel(*kernel, &params, &report) != ROPE_OK) {
+                    failures.add(std::string(kernel->name) + ": " + report.message);
+                } else if (!agree(mine.q, want.q, Agreement::Bits) || !agree(mine.k, want.k, Agreement::Bits)) {
+                    failures.add(std::string(kernel->name) + " num_threads=" + std::to_string(params.num_threads) +
+                                 ": outputs differ from the serial call");
+                }
+            });
+        }
+        for (std::thread &thread : threads) {
+            thread.join();
+        }
+        EXPECT_TRUE(failures.none()) << kernel->name;
+    }
+}
+
+// Two engines' runners swapped under running calls: a loop is always handed to the pool of the
+// runner it was set with, never to the other engine's pool.
+TEST_F(ConcurrencyTest, RunnerSwapsNeverMixOneEnginesFunctionWithAnothersPool) {
+    struct TaggedPool {
+        ReverseOrderPool pool{2};
+        std::atomic<int> foreign{0};
+    };
+    static TaggedPool first, second;
+    struct Runners {
+        static int first_run(void *pool, int (*task)(void *, int), void *context, int count) {
+            if (pool != &first) {
+                first.foreign++;
+            }
+            return ReverseOrderPool::run(&static_cast<TaggedPool *>(pool)->pool, task, context, count);
+        }
+        static int second_run(void *pool, int (*task)(void *, int), void *context, int count) {
+            if (pool != &second) {
+                second.foreign++;
+            }
+            return ReverseOrderPool::run(&static_cast<TaggedPool *>(pool)->pool, task, context, count);
+        }
+    };
+    const std::vector<Job> jobs = make_jobs();
+    Failures failures;
+    std::vector<std::thread> threads;
+    for (int thread = 0; thread < kCallerThreads; thread++) {
+        threads.emplace_back([&, thread] {
+            for (int round = 0; round < 8; round++) {
+                if (thread % 2 == 0) {
+                    const bool use_first = (thread / 2 + round) % 2 == 0;
+                    rope_set_parallel_runner(use_first ? &Runners::first_run : &Runners::second_run,
+                                             use_first ? &first : &second);
+                }
+                const Job &job = jobs[(thread + round * kCallerThreads) % jobs.size()];
+                CaseSpec c = job.spec;
+                c.num_threads = 2;  // loops go to the engine's pool, whatever the call's size
+                RopeCall call(c);
+                check_call(call, job, failures);
+            }
+        });
+    }
+    for (std::thread &thread : threads) {
+        thread.join();
+    }
+    EXPECT_TRUE(failures.none());
+    EXPECT_EQ(first.foreign.load() + second.foreign.load(), 0);
+    EXPECT_GT(first.pool.loops.load() + second.pool.loops.load(), 0);
+}
+
+}  // namespace
+}  // namespace ropegen::test

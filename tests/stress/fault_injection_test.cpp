@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fault injection: memory that cannot be allocated, worker threads that cannot be started and
+// engine pools that fail become ROPE_ERR_INTERNAL with a message, never a crash or a hang, and
+// (except after an engine's runner had started running tasks) leave every buffer untouched.
+//
+// The generated kernels are built without asserts: they check neither halide_malloc's result nor
+// a parallel loop's, and run on. ropegen therefore reserves a kernel's scratch before running it
+// and skips every parallel loop of a call after its first failure (runtime/src/halide_glue.cpp);
+// these tests fail the real allocations and thread starts underneath.
+#include <HalideRuntime.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine_pool.h"
+#include "schedule_variants.h"
+#include "stress_support.h"
+
+// --- thread starts that fail on demand -------------------------------------------------------------
+// Replaces pthread_create for the whole executable (Halide's pool included). The sanitizers
+// intercept pthread_create themselves; their interceptor is called when present, libc's otherwise.
+extern "C" int __interceptor_pthread_create(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *)
+    __attribute__((weak));
+
+namespace {
+std::atomic<bool> g_fail_thread_starts{false};
+std::atomic<int> g_failed_thread_starts{0};
+}  // namespace
+
+extern "C" int pthread_create(pthread_t *thread, const pthread_attr_t *attributes, void *(*start)(void *),
+                              void *argument) noexcept {
+    using Create = int (*)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+    static const Create next = __interceptor_pthread_create != nullptr
+                                   ? &__interceptor_pthread_create
+                                   : reinterpret_cast<Create>(dlsym(RTLD_NEXT, "pthread_create"));
+    if (g_fail_thread_starts.load()) {
+        g_failed_thread_starts++;
+        return EAGAIN;
+    }
+    return next(thread, attributes, start, argument);
+}
+
+namespace ropegen::test {
+namespace {
+
+// --- allocations that fail on demand -----------------------------------------------------------
+// Installed before the library's first call (static initialisation): ropegen keeps the Halide
+// allocator it finds when it initialises and takes every kernel's memory from it.
+class InjectedAllocator {
+public:
+    /// Counts allocations from now on; fails the one of index `fail_at` (-1: none).
+    static void arm(int fail_at) {
+        calls_ = 0;
+        fail_at_ = fail_at;
+    }
+    static void disarm() {
+        fail_at_ = -1;
+    }
+    static int calls() {
+        return calls_.load();
+    }
+
+private:
+    static void *allocate(void *user_context, size_t bytes) {
+        if (calls_.fetch_add(1) == fail_at_.load()) {
+            return nullptr;
+        }
+        return next_(user_context, bytes);
+    }
+
+    static inline std::atomic<int> calls_{0};
+    static inline std::atomic<int> fail_at_{-1};
+    static inline const halide_malloc_t next_ = halide_set_custom_malloc(&InjectedAllocator::allocate);
+};
+
+bool is_computed(const KernelEntry &kernel) {
+    return kernel.source != ROPE_SOURCE_CACHE;
+}
+
+bool contains(const char *text, const std::string &part) {
+    return std::string(text).find(part) != std::string::npos;
+}
+
+// Every built kernel this CPU runs, and calls of every kind for it.
+std::vector<const KernelEntry *> runnable_kernels() {
+    std::vector<const KernelEntry *> kernels;
+    for (const KernelEntry *kernel : all_kernels()) {
+        if (unsupported_reason(*kernel).empty()) {
+            kernels.push_back(kernel);
+        }
+    }
+    return kernels;
+}
+
+// Restores the process-wide settings and the allocator after every test.
+class FaultTest : public ::testing::Test {
+protected:
+    void TearDown() override {
+        InjectedAllocator::disarm();
+        g_fail_thread_starts = false;
+        rope_set_parallel_runner(nullptr, nullptr);
+    }
+};
+
+// --- allocation ------------------------------------------------------------------------------------
+
+// What makes an allocation failure safe: whatever a kernel allocates is reserved, in one block,
+// before it runs. A kernel that allocated beyond the reservation (a schedule placing cos/sin
+// tables that the dispatcher does not foresee) would show up here as more than one allocation.
+TEST_F(FaultTest, KernelScratchIsReservedBeforeTheKernelRuns) {
+    for (const KernelEntry *kernel : runnable_kernels()) {
+        for (const CaseSpec &spec : varied_cases(*kernel, 5)) {
+            for (int32_t num_threads : {1, 3}) {
+                CaseSpec c = spec;
+                c.num_threads = num_threads;
+                SCOPED_TRACE(std::string(kernel->name) + ": " + c.describe());
+                RopeCall call(c);
+                InjectedAllocator::arm(-1);
+                ASSERT_EQ(call.run(kernel_runner(*kernel)), ROPE_OK) << call.report().message;
+                EXPECT_EQ(InjectedAllocator::calls(), is_computed(*kernel) ? 1 : 0)
+                    << "computed sources reserve inv_freq and the cos/sin tables; the cache source allocates nothing";
+            }
+        }
+    }
+}
+
+TEST_F(FaultTest, FailedScratchReservationIsReportedAndWritesNothing) {
+    int failed = 0;
+    for (const KernelEntry *kernel : runnable_kernels()) {
+        if (!is_computed(*kernel)) {
+            continue;
+        }
+        for (const CaseSpec &spec : varied_cases(*kernel, 7)) {
+            SCOPED_TRACE(std::string(kernel->name) + ": " + spec.describe());
+            RopeCall call(spec);
+            InjectedAllocator::arm(0);
+            EXPECT_EQ(call.run(kernel_runner(*kernel)), ROPE_ERR_INTERNAL);
+            EXPECT_EQ(call.report().status, ROPE_ERR_INTERNAL);
+            EXPECT_TRUE(contains(call.report().message, "out of memory")) << call.report().message;
+            EXPECT_TRUE(contains(call.report().message, "no output was written")) << call.report().message;
+            EXPECT_TRUE(call.check_all_unchanged());
+            // Nothing is left behind: the same call succeeds once memory is there.
+            InjectedAllocator::disarm();
+            ASSERT_EQ(call.run(kernel_runner(*kernel)), ROPE_OK) << call.report().message;
+            EXPECT_TRUE(call.check_outputs());
+            failed++;
+        }
+    }
+    if (failed == 0) {
+        GTEST_SKIP() << "this build has no computed-source kernel that runs here";
+    }
+}
+
+// A kernel whose own allocation fails (here a cache-source kernel generated with a root cos/sin
+// table, which the dispatcher does not reserve) gets an unusable block instead of null, and
+// every later parallel loop of the call is skipped, so nothing is written.
+TEST_F(FaultTest, FailedAllocationInsideAKernelSkipsEveryLaterLoop) {
+    const std::vector<ScheduleVariant> variants = schedule_variants();
+    const auto variant = std::find_if(variants.begin(), variants.end(), [](const ScheduleVariant &v) {
+        return v.kernel.source == ROPE_SOURCE_CACHE && contains(v.knobs.c_str(), "cos_sin_at=root");
+    });
+    ASSERT_NE(variant, variants.end()) << "tests/stress/CMakeLists.txt builds a cache-source kernel with root tables";
+    if (const std::string reason = unsupported_reason(variant->kernel); !reason.empty()) {
+        GTEST_SKIP() << reason;
+    }
+    ReverseOrderPool engine(2);
+    for (const CaseSpec &spec : varied_cases(variant->kernel, 13)) {
+        for (const bool on_engine : {false, true}) {
+            CaseSpec c = spec;
+            c.num_threads = on_engine ? 0 : 3;
+            SCOPED_TRACE(c.describe() + (on_engine ? " on an engine's pool" : " on the library's pool"));
+            rope_set_parallel_runner(on_engine ? &ReverseOrderPool::run : nullptr, &engine);
+            RopeCall call(c);
+            InjectedAllocator::arm(-1);
+            ASSERT_EQ(call.run(kernel_runner(variant->kernel)), ROPE_OK) << call.report().message;
+            ASSERT_GE(InjectedAllocator::calls(), 1) << variant->kernel.name << " should allocate its root table";
+            const Outputs good = Outputs::of(call);
+
+            RopeCall failing(c);
+            InjectedAllocator::arm(0);
+            EXPECT_EQ(failing.run(kernel_runner(variant->kernel)), ROPE_ERR_INTERNAL);
+            EXPECT_TRUE(contains(failing.report().message, "could not allocate")) << failing.report().message;
+            EXPECT_TRUE(failing.check_all_unchanged());
+            InjectedAllocator::disarm();
+            ASSERT_EQ(failing.run(kernel_runner(variant->kernel)), ROPE_OK) << failing.report().message;
+            EXPECT_TRUE(agree(failing, good));
+        }
+    }
+}
+
+// --- the library's thread pool ---------------------------------------------------------------------
+
+// Halide's pool starts its workers inside the first loop that needs them and, when pthread_create
+// fails, runs on without them (it would join the thread that never started at exit). The call
+// during which a worker cannot be started fails before writing anything; the pool then goes on
+// with the threads it has, and the same call succeeds with the serial result.
+TEST_F(FaultTest, WorkerThatCannotStartIsReportedAndWritesNothing) {
+    const KernelEntry *kernel = runnable_kernels().front();
+    CaseSpec c = varied_cases(*kernel, 17).front();
+    c.num_threads = 4;  // the library's pool, whatever the size of the call
+    RopeCall serial(c);
+    rope_params params = serial.params();
+    params.num_threads = 1;
+    rope_report report = rope_report_init();
+    ASSERT_EQ(run_kernel(*kernel, &params, &report), ROPE_OK) << report.message;
+
+    // A pool larger than any before in this process must start new workers.
+    ASSERT_EQ(rope_set_num_threads(64), ROPE_OK);
+    g_failed_thread_starts = 0;
+    g_fail_thread_starts = true;
+    RopeCall call(c);
+    EXPECT_EQ(call.run(kernel_runner(*kernel)), ROPE_ERR_INTERNAL);
+    g_fail_thread_starts = false;
+    EXPECT_GT(g_failed_thread_starts.load(), 0) << "the pool should have tried to start workers";
+    EXPECT_TRUE(contains(call.report().message, "could not start a worker thread")) << call.report().message;
+    EXPECT_TRUE(contains(call.report().message, "no output was written")) << call.report().message;
+    EXPECT_TRUE(call.check_all_unchanged());
+
+    ASSERT_EQ(call.run(kernel_runner(*kernel)), ROPE_OK) << call.report().message;
+    EXPECT_TRUE(agree(call, Outputs::of(serial)));
+    rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+}
+
+// --- an engine's pool ------------------------------------------------------------------------------
+
+struct FailingRunner {
+    static constexpr int kError = -7;
+    std::atomic<int> loops{0};
+    std::atomic<int> tasks_run{0};
+    bool run_some_tasks_first = false;
+
+    static int run(void *pool, int (*task)(void *, int), void *task_context, int count) {
+        auto *self = static_cast<FailingRunner *>(pool);
+        self->loops++;
+        for (int i = 0; self->run_some_tasks_first && i < (count + 1) / 2; i++) {
+            self->tasks_run++;
+            task(task_context, i);
+        }
+        return kError;
+    }
+};
+
+// A runner that fails before running any task (its threads cannot start, say): the call fails,
+// its later loops are never handed over, and nothing is written.
+TEST_F(FaultTest, EngineRunnerFailingBeforeAnyTaskWritesNothing) {
+    for (const KernelEntry *kernel : one_kernel_per_key()) {
+        CaseSpec c = varied_cases(*kernel, 19).front();
+        c.num_threads = 2;
+        SCOPED_TRACE(std::string(kernel->name) + ": " + c.describe());
+        FailingRunner runner;
+        rope_set_parallel_runner(&FailingRunner::run, &runner);
+        RopeCall call(c);
+        EXPECT_EQ(call.run(kernel_runner(*kernel)), ROPE_ERR_INTERNAL);
+        EXPECT_TRUE(contains(call.report().message, std::to_string(FailingRunner::kError))) << call.report().message;
+        EXPECT_EQ(runner.loops.load(), 1) << "no loop after the failed one";
+        EXPECT_TRUE(call.check_all_unchanged());
+    }
+}
+
+// A runner that fails after running some tasks: those tasks may have written their outputs (the
+// documented exception), but nothing else, and no later loop runs.
+TEST_F(FaultTest, EngineRunnerFailingMidLoopStopsTheCall) {
+    const KernelEntry *kernel = one_kernel_per_key().front();
+    CaseSpec c = varied_cases(*kernel, 29).front();
+    c.num_threads = 2;
+    FailingRunner runner;
+    runner.run_some_tasks_first = true;
+    rope_set_parallel_runner(&FailingRunner::run, &runner);
+    RopeCall call(c);
+    EXPECT_EQ(call.run(kernel_runner(*kernel)), ROPE_ERR_INTERNAL);
+    EXPECT_TRUE(contains(call.report().message, "partly written")) << call.report().message;
+    EXPECT_EQ(runner.loops.load(), 1) << "no loop after the failed one";
+    EXPECT_GT(runner.tasks_run.load(), 0);
+    EXPECT_TRUE(call.check_untouched_outside_outputs());
+}
+
+}  // namespace
+}  // namespace ropegen::test

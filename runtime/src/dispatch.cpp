@@ -220,8 +220,8 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, rope_report *r
         }
     }
     const int64_t batch = p.q.sizes[0], seq = p.q.sizes[1];
-    if (batch == 0 || seq == 0) {
-        return finish(report, ROPE_OK, "");
+    if (batch == 0 || seq == 0 || (p.q.sizes[2] == 0 && (!call.has_k || p.k.sizes[2] == 0))) {
+        return finish(report, ROPE_OK, "");  // nothing to rotate: no scratch, no kernel
     }
 
     // Positions as an int32 [seq, batch] view: int64 tables are read through their low words

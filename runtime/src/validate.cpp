@@ -139,6 +139,9 @@ bool disjoint(const rope_tensor &a, const rope_tensor &b) {
 // True when no two elements of `t` share an address (an output must not, or it would be written
 // twice): with the axes sorted by stride, each stride clears everything inside it.
 bool self_disjoint(const rope_tensor &t) {
+    if (t.sizes[0] == 0 || t.sizes[1] == 0 || t.sizes[2] == 0 || t.sizes[3] == 0) {
+        return true;  // a view without elements writes nothing
+    }
     int order[4] = {0, 1, 2, 3};
     std::sort(order, order + 4, [&](int x, int y) { return t.strides[x] < t.strides[y]; });
     int64_t span = 0;
@@ -184,7 +187,8 @@ void check_tensor(Failure &f, const char *name, const rope_tensor &t) {
         }
     }
     int64_t bytes = 0;
-    if (multiply_overflows(span + 1, static_cast<int64_t>(dtype_size(t.dtype)), &bytes)) {
+    if (span == std::numeric_limits<int64_t>::max() ||
+        multiply_overflows(span + 1, static_cast<int64_t>(dtype_size(t.dtype)), &bytes)) {
         f.fail(ROPE_ERR_SIZE_OVERFLOW) << name << ": the byte span of the view overflows 64 bits";
         return;
     }
@@ -371,6 +375,12 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
     if (a.source != ROPE_SOURCE_CACHE) {
         if (!(call->base > 1.0) || !std::isfinite(call->base)) {
             f.fail(ROPE_ERR_BAD_VALUE) << "angles.base=" << call->base << " must be finite and > 1 (spec §1)";
+            return f.finish();
+        }
+        // compat evaluates inv_freq in f32 (spec §5): a base beyond f32's range has no value there.
+        if (a.source == ROPE_SOURCE_COMPAT && call->base > std::numeric_limits<float>::max()) {
+            f.fail(ROPE_ERR_BAD_VALUE) << "angles.base=" << call->base
+                                       << " must fit in f32 (<= 3.4028235e38) for the compat source (spec §5)";
             return f.finish();
         }
         if (!std::isfinite(call->attn_factor)) {

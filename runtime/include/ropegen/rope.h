@@ -13,8 +13,9 @@
  *    the argument, its value and the rule into the caller's rope_report (when one is given) and
  *    leaves every output buffer untouched: all arguments are validated, positions included,
  *    before any kernel runs.
- *  - rope_dispatch() is thread-safe and re-entrant; the CPU path allocates no memory of its own
- *    besides what the generated kernels need for per-task cos/sin tables.
+ *  - rope_dispatch() is thread-safe and re-entrant. A computed-source call reserves its cos/sin
+ *    scratch in one allocation before any kernel runs; if that fails, or a worker thread of the
+ *    library's pool cannot start, the call returns ROPE_ERR_INTERNAL with every output untouched.
  *
  * Clean as C99 and C++.
  */
@@ -224,8 +225,9 @@ typedef int (*rope_parallel_for_fn)(void *pool, int (*task)(void *task_context, 
  * Runs the kernels' parallel loops on an engine's pool instead of the library's: `run(pool, ...)`
  * is called for every parallel loop of a call that may use more than one thread (calls moving
  * less than 4 MiB, and calls with num_threads == 1, run on the calling thread). NULL restores
- * the library's pool. Set it before calls start. A non-zero result from `run` makes the call
- * return ROPE_ERR_INTERNAL; the outputs may then be partly written.
+ * the library's pool. It may be changed while calls run (each loop uses one whole pair). A
+ * non-zero result from `run` makes the call return ROPE_ERR_INTERNAL and skips every later loop
+ * of the call; the outputs may then be partly written (untouched if `run` ran no task).
  */
 void rope_set_parallel_runner(rope_parallel_for_fn run, void *pool);
 

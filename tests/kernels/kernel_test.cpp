@@ -13,27 +13,12 @@
 namespace ropegen::test {
 namespace {
 
-class KernelTest : public ::testing::TestWithParam<const KernelEntry *> {
+class KernelTest : public PerKernelTest {
 protected:
-    void SetUp() override {
-        const std::string reason = unsupported_reason(kernel());
-        if (!reason.empty()) {
-            GTEST_SKIP() << reason;
-        }
-    }
-
-    const KernelEntry &kernel() const {
-        return *GetParam();
-    }
-
     /// A small call of this kernel's key: fixed kernels get their head_dim, the any-head_dim
     /// kernel 80 (40 pairs: not a multiple of any vector width).
     CaseSpec base_case() const {
-        CaseSpec c;
-        c.style = kernel().style;
-        c.dtype = kernel().dtype;
-        c.source = kernel().source;
-        c.head_dim = kernel().head_dim != 0 ? kernel().head_dim : 80;
+        CaseSpec c = kernel_case(kernel(), 80);
         c.positions.scalar_offset = 3;
         return c;
     }

@@ -110,20 +110,17 @@ struct HeadCounts {
 /// GQA, q alone, more k heads than q heads, one of each.
 constexpr HeadCounts kHeadCounts[] = {{2, 1}, {2, 0}, {1, 2}, {1, 1}};
 
-class GuardPageTest : public ::testing::TestWithParam<const KernelEntry *> {
+class GuardPageTest : public PerKernelTest {
 protected:
     void SetUp() override {
-        const std::string reason = unsupported_reason(kernel());
-        if (!reason.empty()) {
-            GTEST_SKIP() << reason;
+        PerKernelTest::SetUp();
+        if (IsSkipped()) {
+            return;
         }
         schedule_ = find_schedule(kernel());
         ASSERT_NE(schedule_, nullptr) << "the build recorded no schedule for " << kernel().name;
     }
 
-    const KernelEntry &kernel() const {
-        return *GetParam();
-    }
     const KernelSchedule &schedule() const {
         return *schedule_;
     }
@@ -131,13 +128,7 @@ protected:
     /// A call of this kernel's key: fixed kernels get their head_dim, the any-head_dim kernel one
     /// whose pairs end in a partial vector after a full block.
     CaseSpec base_case() const {
-        CaseSpec c;
-        c.style = kernel().style;
-        c.dtype = kernel().dtype;
-        c.source = kernel().source;
-        c.head_dim = kernel().head_dim != 0 ? kernel().head_dim
-                                            : 2 * (schedule().block_pairs() + schedule().vector_pairs / 2 + 1);
-        return c;
+        return kernel_case(kernel(), 2 * (schedule().block_pairs() + schedule().vector_pairs / 2 + 1));
     }
 
     /// Runs `spec` with every buffer flush against a guard page at its end, then at its start:

@@ -48,11 +48,7 @@ TEST_F(DeterminismTest, RepeatedCallsGiveIdenticalBits) {
 // A call of every key moving 4.5 MiB, above the size below which the library runs a call on the
 // calling thread, so that every thread setting really spreads it.
 CaseSpec parallel_case(const KernelEntry &kernel) {
-    CaseSpec c;
-    c.style = kernel.style;
-    c.source = kernel.source;
-    c.dtype = kernel.dtype;
-    c.head_dim = call_head_dim(kernel);
+    CaseSpec c = kernel_case(kernel, 80);
     c.batch = 3;
     c.q_heads = 8;
     c.k_heads = 4;

@@ -19,11 +19,6 @@
 
 namespace ropegen::test {
 
-/// The head_dim a call to `kernel` uses: its own, or 80 for the any-head_dim kernel.
-inline int64_t call_head_dim(const KernelEntry &kernel) {
-    return kernel.head_dim != 0 ? kernel.head_dim : 80;
-}
-
 /// The kernel name without its ISA suffix: what kernels of one key share.
 inline std::string kernel_key(const KernelEntry &kernel) {
     const std::string name = kernel.name;
@@ -52,11 +47,7 @@ inline std::vector<const KernelEntry *> one_kernel_per_key() {
 /// partial rotary there), cache tables in the tensor dtype or padded, scaling. Small: a few
 /// thousand elements each.
 inline std::vector<CaseSpec> varied_cases(const KernelEntry &kernel, uint64_t seed) {
-    CaseSpec base;
-    base.style = kernel.style;
-    base.source = kernel.source;
-    base.dtype = kernel.dtype;
-    base.head_dim = call_head_dim(kernel);
+    CaseSpec base = kernel_case(kernel, 80);
     base.batch = 2;
     base.seq = 19;
     base.q_heads = 3;

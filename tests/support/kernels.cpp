@@ -63,4 +63,20 @@ std::string unsupported_reason(const KernelEntry &kernel) {
            isa_name(detected_isa());
 }
 
+CaseSpec kernel_case(const KernelEntry &kernel, int64_t any_head_dim) {
+    CaseSpec c;
+    c.style = kernel.style;
+    c.dtype = kernel.dtype;
+    c.source = kernel.source;
+    c.head_dim = kernel.head_dim != 0 ? kernel.head_dim : any_head_dim;
+    return c;
+}
+
+void PerKernelTest::SetUp() {
+    const std::string reason = unsupported_reason(kernel());
+    if (!reason.empty()) {
+        GTEST_SKIP() << reason;
+    }
+}
+
 }  // namespace ropegen::test

@@ -35,4 +35,17 @@ std::string missing_kernel_reason(rope_style style, rope_source source, rope_dty
 /// Why `kernel` cannot run here, or empty when it can.
 std::string unsupported_reason(const KernelEntry &kernel);
 
+/// A call of `kernel`'s key (style, dtype, source) at its head_dim, or at `any_head_dim` for the
+/// any-head_dim kernel; everything else is CaseSpec's default.
+CaseSpec kernel_case(const KernelEntry &kernel, int64_t any_head_dim);
+
+/// A test run once per kernel of the table, skipped with the reason where the CPU lacks its ISA.
+class PerKernelTest : public ::testing::TestWithParam<const KernelEntry *> {
+protected:
+    void SetUp() override;
+    const KernelEntry &kernel() const {
+        return *GetParam();
+    }
+};
+
 }  // namespace ropegen::test

@@ -642,19 +642,6 @@ std::string cpu_model() {
     return "unknown";
 }
 
-const char *isa_name(rope_isa isa) {
-    switch (isa) {
-    case ROPE_ISA_SSE41:
-        return "sse41";
-    case ROPE_ISA_AVX2:
-        return "avx2";
-    case ROPE_ISA_AVX512:
-        return "avx512";
-    default:
-        return "none";
-    }
-}
-
 void add_context(int argc, char **argv) {
     std::string command;
     for (int i = 0; i < argc; i++) {
@@ -665,7 +652,7 @@ void add_context(int argc, char **argv) {
     benchmark::AddCustomContext("command", command);
     benchmark::AddCustomContext("cpu_model", cpu_model());
     benchmark::AddCustomContext("ropegen_version", rope_version_string());
-    benchmark::AddCustomContext("ropegen_active_isa", isa_name(rope_active_isa()));
+    benchmark::AddCustomContext("ropegen_active_isa", ropegen::isa_name(rope_active_isa()));
     benchmark::AddCustomContext("ropegen_kernels_built", std::to_string(kernels));
     benchmark::AddCustomContext("bench_threads", std::to_string(g_all_threads));
 }

@@ -20,12 +20,18 @@ import sys
 SCHEDULE_FORMAT = "ropegen-schedule"
 SCHEDULE_VERSION = 1
 
-# isa -> (schedule target family, Halide target, rope_isa enumerator); best first.
+# isa -> (architecture, schedule target family, Halide target, rope_isa enumerator); best first
+# within an architecture. neon_fp16 adds Halide's arm_fp16 (+fullfp16): f16 loads and stores
+# convert natively instead of through emulated bit arithmetic.
 ISAS = {
-    "avx512": ("x86-64-avx512", "x86-64-linux-avx512_skylake", "ROPE_ISA_AVX512"),
-    "avx2": ("x86-64-avx2", "x86-64-linux-avx-avx2-fma-f16c-sse41", "ROPE_ISA_AVX2"),
-    "sse41": ("x86-64-sse41", "x86-64-linux-sse41", "ROPE_ISA_SSE41"),
+    "avx512": ("x86_64", "x86-64-avx512", "x86-64-linux-avx512_skylake", "ROPE_ISA_AVX512"),
+    "avx2": ("x86_64", "x86-64-avx2", "x86-64-linux-avx-avx2-fma-f16c-sse41", "ROPE_ISA_AVX2"),
+    "sse41": ("x86_64", "x86-64-sse41", "x86-64-linux-sse41", "ROPE_ISA_SSE41"),
+    "neon_fp16": ("aarch64", "arm-64-neon", "arm-64-linux-arm_fp16", "ROPE_ISA_NEON_FP16"),
+    "neon": ("aarch64", "arm-64-neon", "arm-64-linux", "ROPE_ISA_NEON"),
 }
+# The one Halide runtime per architecture, built for its baseline so it runs on any CPU of it.
+RUNTIME_TARGETS = {"x86_64": "x86-64-linux", "aarch64": "arm-64-linux"}
 # Features of every kernel: the caller's report travels as user_context; 64-bit indexing for
 # tensors over 2^31 elements; strict_float so results are deterministic and NaN-safe;
 # no_bounds_query and no_asserts because the dispatcher validates every argument and builds every
@@ -169,7 +175,8 @@ def kernel_name(isa, style, head_dim, dtype, source):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--schedules", required=True, type=pathlib.Path)
-    parser.add_argument("--isas", default=";".join(ISAS))
+    parser.add_argument("--arch", required=True, choices=tuple(RUNTIME_TARGETS))
+    parser.add_argument("--isas", default="all", help="';'-separated levels of --arch, or all")
     parser.add_argument("--dtypes", default=";".join(DTYPES))
     parser.add_argument("--head-dims", default=";".join(map(str, HEAD_DIMS)))
     parser.add_argument("--out-cmake", required=True, type=pathlib.Path)
@@ -184,7 +191,8 @@ def main():
         return [v for v in allowed if v in values]  # canonical order
 
     try:
-        isas = pick("ROPEGEN_ISAS", args.isas, tuple(ISAS))
+        arch_isas = tuple(isa for isa, (arch, *_) in ISAS.items() if arch == args.arch)
+        isas = list(arch_isas) if args.isas == "all" else pick(f"ROPEGEN_ISAS ({args.arch})", args.isas, arch_isas)
         dtypes = pick("ROPEGEN_DTYPES", args.dtypes, tuple(DTYPES))
         head_dims = pick("ROPEGEN_HEAD_DIMS", args.head_dims, HEAD_DIMS, int)
         if 0 not in head_dims:
@@ -194,7 +202,7 @@ def main():
                      "// ROPE_KERNEL(name, isa, style, source, dtype, head_dim); best ISA first."]
         names = []
         for isa in isas:
-            family, halide_target, isa_enum = ISAS[isa]
+            _, family, halide_target, isa_enum = ISAS[isa]
             path = args.schedules / f"{family}.json"
             entries = load_schedule_file(path, family)
             for head_dim in head_dims:
@@ -211,6 +219,7 @@ def main():
                             cmake_lines.append(f"set(ROPEGEN_KERNEL_{name}_PARAMS {all_params})")
                             inc_lines.append(f"ROPE_KERNEL({name}, {isa_enum}, ROPE_STYLE_{style.upper()}, "
                                              f"ROPE_SOURCE_{source.upper()}, {DTYPES[dtype][1]}, {head_dim})")
+        cmake_lines.insert(1, f"set(ROPEGEN_HALIDE_RUNTIME_TARGET {RUNTIME_TARGETS[args.arch]})")
         cmake_lines.insert(1, f"set(ROPEGEN_KERNEL_FEATURES {' '.join(KERNEL_FEATURES)})")
         cmake_lines.insert(1, "set(ROPEGEN_KERNELS\n    " + "\n    ".join(names) + ")")
     except ScheduleError as err:

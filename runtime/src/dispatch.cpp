@@ -34,19 +34,6 @@ halide_type_t halide_type(rope_dtype dtype) {
     }
 }
 
-const char *isa_name(rope_isa isa) {
-    switch (isa) {
-    case ROPE_ISA_AVX512:
-        return "avx512";
-    case ROPE_ISA_AVX2:
-        return "avx2";
-    case ROPE_ISA_SSE41:
-        return "sse41";
-    default:
-        return "none";
-    }
-}
-
 // A halide_buffer_t with its own dimension storage.
 struct Buffer {
     halide_buffer_t raw{};
@@ -317,9 +304,13 @@ rope_status dispatch(const rope_params *params, rope_report *report, bool execut
     const rope_isa isa = usable_isa();
     const KernelEntry *kernel = select_kernel(call, isa);
     if (kernel == nullptr) {
+        size_t level_count = 0;
+        const IsaLevel *levels = isa_levels(&level_count);
+        const std::string below_baseline =
+            std::string(" (the CPU lacks ") + levels[level_count - 1].name + ", this architecture's baseline)";
         return finish(report, ROPE_ERR_UNSUPPORTED,
                       std::string("no kernel built for this call runs at ISA level ") + isa_name(isa) +
-                          (isa == ROPE_ISA_NONE ? " (the CPU lacks SSE4.1, the baseline)" : "") +
+                          (isa == ROPE_ISA_NONE ? below_baseline : "") +
                           "; check ROPEGEN_ISAS/ROPEGEN_DTYPES of the build and ROPE_MAX_ISA");
     }
     set_report_kernel(report, kernel->name);

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "support/kernels.h"
@@ -13,14 +12,10 @@
 namespace ropegen::test {
 namespace {
 
-/// The cap a value of ROPE_MAX_ISA means (the header: avx512|avx2|sse41; anything else: none).
+/// The cap a value of ROPE_MAX_ISA means (a level of this architecture; anything else: none).
 rope_isa cap_from(const char *value) {
-    for (rope_isa isa : {ROPE_ISA_AVX512, ROPE_ISA_AVX2, ROPE_ISA_SSE41}) {
-        if (std::strcmp(value, isa_name(isa)) == 0) {
-            return isa;
-        }
-    }
-    return ROPE_ISA_NONE;
+    rope_isa isa = ROPE_ISA_NONE;
+    return isa_from_name(value, &isa) ? isa : ROPE_ISA_NONE;
 }
 
 TEST(MaxIsaEnvironment, CapsTheDispatcher) {
@@ -40,12 +35,7 @@ TEST(MaxIsaEnvironment, CapsTheDispatcher) {
     const std::string kernel = call.report().kernel;
     const std::string suffix = kernel.substr(kernel.rfind("__") + 2);
     rope_isa used = ROPE_ISA_NONE;
-    for (rope_isa isa : {ROPE_ISA_AVX512, ROPE_ISA_AVX2, ROPE_ISA_SSE41}) {
-        if (suffix == isa_name(isa)) {
-            used = isa;
-        }
-    }
-    EXPECT_NE(used, ROPE_ISA_NONE) << kernel;
+    EXPECT_TRUE(isa_from_name(suffix, &used) && used != ROPE_ISA_NONE) << kernel;
     EXPECT_LE(used, active) << kernel << " runs above the cap ROPE_MAX_ISA=" << value;
     const KernelEntry *expected = first_matching_kernel(call.params(), active);
     ASSERT_NE(expected, nullptr);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -34,46 +35,64 @@ bool ends_with(const std::string &text, const std::string &suffix) {
 
 // --- CPU detection -------------------------------------------------------------------------------
 
-/// The level Linux's view of the CPU implies: /proc/cpuinfo lists avx and avx512* only when the
-/// kernel saves those registers, which is the dispatcher's xgetbv rule.
-rope_isa isa_from_cpuinfo(std::string *why) {
+/// The set of words after the colon of the first /proc/cpuinfo line starting with `key`.
+std::set<std::string> cpuinfo_words(const char *key) {
     std::ifstream cpuinfo("/proc/cpuinfo");
     std::string line;
     while (std::getline(cpuinfo, line)) {
-        if (line.rfind("flags", 0) != 0) {
-            continue;
+        if (line.rfind(key, 0) == 0) {
+            std::istringstream words(line.substr(line.find(':') + 1));
+            return {std::istream_iterator<std::string>(words), {}};
         }
-        std::istringstream words(line.substr(line.find(':') + 1));
-        const std::set<std::string> flags{std::istream_iterator<std::string>(words), {}};
-        const auto has_all = [&](std::initializer_list<const char *> names) {
-            return std::all_of(names.begin(), names.end(), [&](const char *name) { return flags.count(name) != 0; });
-        };
-        if (!has_all({"sse4_1"})) {
-            return ROPE_ISA_NONE;
-        }
-        if (!has_all({"avx", "avx2", "fma", "f16c"})) {
-            return ROPE_ISA_SSE41;
-        }
-        return has_all({"avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl"}) ? ROPE_ISA_AVX512 : ROPE_ISA_AVX2;
     }
-    *why = "/proc/cpuinfo has no flags line";
-    return ROPE_ISA_NONE;
+    return {};
 }
 
-// Under qemu-x86_64 -cpu <model> (the foreign-CPU runs of tests/CMakeLists.txt) /proc/cpuinfo is
-// still the host's, so those runs name the level the model implies in ROPEGEN_EXPECTED_ISA.
+bool has_all(const std::set<std::string> &flags, std::initializer_list<const char *> names) {
+    return std::all_of(names.begin(), names.end(), [&](const char *name) { return flags.count(name) != 0; });
+}
+
+/// The level Linux's view of the CPU implies. x86-64: /proc/cpuinfo lists avx and avx512* only
+/// when the kernel saves those registers, which is the dispatcher's xgetbv rule. aarch64: the
+/// Features line is the kernel's HWCAP list by name.
+rope_isa isa_from_cpuinfo(std::string *why) {
+#if defined(__x86_64__)
+    const std::set<std::string> flags = cpuinfo_words("flags");
+    if (flags.empty()) {
+        *why = "/proc/cpuinfo has no flags line";
+        return ROPE_ISA_NONE;
+    }
+    if (!has_all(flags, {"sse4_1"})) {
+        return ROPE_ISA_NONE;
+    }
+    if (!has_all(flags, {"avx", "avx2", "fma", "f16c"})) {
+        return ROPE_ISA_SSE41;
+    }
+    return has_all(flags, {"avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl"}) ? ROPE_ISA_AVX512 : ROPE_ISA_AVX2;
+#elif defined(__aarch64__)
+    const std::set<std::string> features = cpuinfo_words("Features");
+    if (features.empty()) {
+        *why = "/proc/cpuinfo has no Features line (under qemu-user it is the host's; set ROPEGEN_EXPECTED_ISA)";
+        return ROPE_ISA_NONE;
+    }
+    if (!has_all(features, {"fp", "asimd"})) {
+        return ROPE_ISA_NONE;
+    }
+    return has_all(features, {"fphp", "asimdhp"}) ? ROPE_ISA_NEON_FP16 : ROPE_ISA_NEON;
+#else
+#error "ropegen's tests know x86-64 and aarch64"
+#endif
+}
+
+// Under qemu (-cpu <model>: the foreign-CPU runs and the aarch64 suite of tests/CMakeLists.txt)
+// /proc/cpuinfo is still the host's, so those runs name the level the model implies in
+// ROPEGEN_EXPECTED_ISA.
 TEST(IsaDetection, MatchesTheCpu) {
     std::string why;
     rope_isa expected = ROPE_ISA_NONE;
     if (const char *named = std::getenv("ROPEGEN_EXPECTED_ISA")) {
-        bool known = false;
-        for (rope_isa isa : {ROPE_ISA_AVX512, ROPE_ISA_AVX2, ROPE_ISA_SSE41, ROPE_ISA_NONE}) {
-            if (std::string(named) == isa_name(isa)) {
-                expected = isa;
-                known = true;
-            }
-        }
-        ASSERT_TRUE(known) << "ROPEGEN_EXPECTED_ISA=" << named << " is not avx512, avx2, sse41 or none";
+        ASSERT_TRUE(isa_from_name(named, &expected))
+            << "ROPEGEN_EXPECTED_ISA=" << named << " is not a level of this architecture or none";
     } else {
         expected = isa_from_cpuinfo(&why);
         if (!why.empty()) {
@@ -124,14 +143,30 @@ TEST_P(IsaCapTest, KernelComesFromTheCappedLevel) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dispatch, IsaCapTest, ::testing::Values(ROPE_ISA_AVX512, ROPE_ISA_AVX2, ROPE_ISA_SSE41),
+INSTANTIATE_TEST_SUITE_P(Dispatch, IsaCapTest, ::testing::ValuesIn(isa_levels()),
                          [](const ::testing::TestParamInfo<rope_isa> &info) { return isa_name(info.param); });
 
 TEST(IsaCap, NoneRestoresTheBestLevel) {
-    ASSERT_EQ(rope_set_max_isa(ROPE_ISA_SSE41), ROPE_OK);
-    EXPECT_EQ(rope_active_isa(), std::min(ROPE_ISA_SSE41, detected_isa()));
+    const rope_isa baseline = isa_levels().back();
+    ASSERT_EQ(rope_set_max_isa(baseline), ROPE_OK);
+    EXPECT_EQ(rope_active_isa(), std::min(baseline, detected_isa()));
     ASSERT_EQ(rope_set_max_isa(ROPE_ISA_NONE), ROPE_OK);
     EXPECT_EQ(rope_active_isa(), detected_isa());
+}
+
+TEST(IsaCap, LevelsOfAnotherArchitectureAreRefused) {
+    const std::vector<rope_isa> own = isa_levels();
+    for (rope_isa isa : {ROPE_ISA_SSE41, ROPE_ISA_AVX2, ROPE_ISA_AVX512, ROPE_ISA_NEON, ROPE_ISA_NEON_FP16}) {
+        if (std::find(own.begin(), own.end(), isa) == own.end()) {
+            EXPECT_EQ(rope_set_max_isa(isa), ROPE_ERR_UNSUPPORTED) << isa;
+            EXPECT_EQ(rope_active_isa(), detected_isa()) << "a refused cap must leave the level alone";
+        }
+    }
+    for (int32_t bogus : {-1, 4, 15, 18}) {
+        rope_isa isa;
+        std::memcpy(&isa, &bogus, sizeof(isa));
+        EXPECT_EQ(rope_set_max_isa(isa), ROPE_ERR_BAD_ENUM) << bogus;
+    }
 }
 
 // --- kernel choice -------------------------------------------------------------------------------

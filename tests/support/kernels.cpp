@@ -13,14 +13,26 @@ std::vector<const KernelEntry *> all_kernels() {
     return entries;
 }
 
-const char *isa_name(rope_isa isa) {
-    switch (isa) {
-        case ROPE_ISA_AVX512: return "avx512";
-        case ROPE_ISA_AVX2: return "avx2";
-        case ROPE_ISA_SSE41: return "sse41";
-        case ROPE_ISA_NONE: break;
+std::vector<rope_isa> isa_levels() {
+    size_t count = 0;
+    const IsaLevel *levels = ropegen::isa_levels(&count);
+    std::vector<rope_isa> result;
+    for (size_t i = 0; i < count; i++) {
+        result.push_back(levels[i].isa);
     }
-    return "none";
+    return result;
+}
+
+bool isa_from_name(const std::string &name, rope_isa *isa) {
+    std::vector<rope_isa> candidates = isa_levels();
+    candidates.push_back(ROPE_ISA_NONE);
+    for (rope_isa candidate : candidates) {
+        if (name == isa_name(candidate)) {
+            *isa = candidate;
+            return true;
+        }
+    }
+    return false;
 }
 
 Runner kernel_runner(const KernelEntry &kernel) {

@@ -14,8 +14,10 @@ namespace ropegen::test {
 
 /// Every kernel the build emitted, in table order.
 std::vector<const KernelEntry *> all_kernels();
-/// "avx512", "avx2", "sse41" (the kernel-name suffixes) or "none".
-const char *isa_name(rope_isa isa);
+/// This architecture's ISA levels, best first (ropegen::isa_levels).
+std::vector<rope_isa> isa_levels();
+/// The level a name (ROPE_MAX_ISA's spelling, "none" included) means; false when unknown.
+bool isa_from_name(const std::string &name, rope_isa *isa);
 /// A runner that runs exactly `kernel` through ropegen::run_kernel.
 Runner kernel_runner(const KernelEntry &kernel);
 /// The kernel the documented rule picks: the first table entry (best ISA first, fixed head_dim

@@ -90,12 +90,19 @@ typedef enum rope_index_type {
     ROPE_INDEX_INT64 = 1
 } rope_index_type;
 
-/** CPU instruction-set levels of the generated kernels, best last. */
+/**
+ * CPU instruction-set levels of the generated kernels. Each architecture has its own levels,
+ * ordered within it (a higher level runs everything a lower one does); a library knows only the
+ * levels of the architecture it was built for.
+ */
 typedef enum rope_isa {
-    ROPE_ISA_NONE = 0,    /**< no cap: the best level the CPU supports */
-    ROPE_ISA_SSE41 = 1,   /**< x86-64 with SSE4.1 (the baseline) */
-    ROPE_ISA_AVX2 = 2,    /**< AVX2 + FMA + F16C */
-    ROPE_ISA_AVX512 = 3   /**< AVX-512 F/CD/BW/DQ/VL */
+    ROPE_ISA_NONE = 0,        /**< no cap: the best level the CPU supports */
+    ROPE_ISA_SSE41 = 1,       /**< x86-64 with SSE4.1 (the x86-64 baseline) */
+    ROPE_ISA_AVX2 = 2,        /**< x86-64: AVX2 + FMA + F16C */
+    ROPE_ISA_AVX512 = 3,      /**< x86-64: AVX-512 F/CD/BW/DQ/VL */
+    ROPE_ISA_NEON = 16,       /**< aarch64 Advanced SIMD, ARMv8.0-A (the aarch64 baseline) */
+    ROPE_ISA_NEON_FP16 = 17   /**< aarch64 NEON with half-precision arithmetic (FEAT_FP16, ARMv8.2-A:
+                                   Neoverse N1/V1/V2, Graviton 2-4, Apple M1 and later, Cortex-A76+) */
 } rope_isa;
 
 /**
@@ -198,8 +205,11 @@ uint32_t rope_abi_version(void);
 
 /**
  * Caps the instruction-set level the dispatcher may use (ROPE_ISA_NONE removes the cap).
- * Overrides ROPE_MAX_ISA=avx512|avx2|sse41. Takes effect for calls that start after it returns.
- * @return ROPE_OK or ROPE_ERR_BAD_ENUM.
+ * Overrides ROPE_MAX_ISA=avx512|avx2|sse41 (x86-64) or neon_fp16|neon (aarch64); a name of
+ * another architecture or an unknown name leaves the cap off. Takes effect for calls that start
+ * after it returns.
+ * @return ROPE_OK; ROPE_ERR_UNSUPPORTED for a level of another architecture; ROPE_ERR_BAD_ENUM
+ *         for a value that is no rope_isa.
  */
 rope_status rope_set_max_isa(rope_isa isa);
 

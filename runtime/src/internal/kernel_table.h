@@ -37,6 +37,18 @@ struct KernelEntry {
 /// Every kernel the build emitted, best ISA first and, within an ISA, fixed head_dims first.
 const KernelEntry *kernel_table(size_t *count);
 
+/// One instruction-set level of the architecture the library is built for.
+struct IsaLevel {
+    rope_isa isa;
+    const char *name;  ///< ROPE_MAX_ISA's spelling and the kernel-name suffix: "avx512", "neon", ...
+};
+
+/// This architecture's levels, best first (x86-64: avx512 avx2 sse41; aarch64: neon_fp16 neon).
+const IsaLevel *isa_levels(size_t *count);
+
+/// The level's name, or "none" for ROPE_ISA_NONE and levels of other architectures.
+const char *isa_name(rope_isa isa);
+
 /// The best level this CPU (and its OS) supports, ignoring any cap.
 rope_isa detected_isa();
 

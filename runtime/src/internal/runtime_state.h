@@ -74,6 +74,10 @@ size_t scratch_slot_bytes(size_t bytes);
 /// and the Halide hooks (error handler, allocator, parallel loop). Every public entry point calls it.
 void ensure_initialized();
 
+/// The best level of this architecture the CPU supports, or ROPE_ISA_NONE below the baseline
+/// (isa_<arch>.cpp; uncached: detected_isa() caches it).
+rope_isa detect_isa();
+
 /// The level the dispatcher may use now: detected_isa() lowered by the cap.
 rope_isa usable_isa();
 

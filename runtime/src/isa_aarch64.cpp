@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+// aarch64 levels and their detection from the kernel's hardware capabilities (getauxval), which
+// Linux fills from the ID registers for every core and which qemu-user fills for its CPU model.
+#include <sys/auxv.h>
+
+#include "internal/kernel_table.h"
+#include "internal/runtime_state.h"
+
+namespace ropegen {
+namespace {
+
+constexpr IsaLevel kLevels[] = {{ROPE_ISA_NEON_FP16, "neon_fp16"}, {ROPE_ISA_NEON, "neon"}};
+
+// Bits of AT_HWCAP (arch/arm64/include/uapi/asm/hwcap.h), spelled out so that older libc
+// headers build too.
+constexpr unsigned long kHwcapFp = 1ul << 0;
+constexpr unsigned long kHwcapAsimd = 1ul << 1;
+constexpr unsigned long kHwcapFphp = 1ul << 9;     // scalar half-precision arithmetic
+constexpr unsigned long kHwcapAsimdhp = 1ul << 10;  // vector half-precision arithmetic
+
+bool has_all(unsigned long hwcap, unsigned long bits) {
+    return (hwcap & bits) == bits;
+}
+
+}  // namespace
+
+const IsaLevel *isa_levels(size_t *count) {
+    *count = sizeof(kLevels) / sizeof(kLevels[0]);
+    return kLevels;
+}
+
+rope_isa detect_isa() {
+    const unsigned long hwcap = getauxval(AT_HWCAP);
+    if (!has_all(hwcap, kHwcapFp | kHwcapAsimd)) {
+        return ROPE_ISA_NONE;
+    }
+    // The neon_fp16 kernels are compiled with +fullfp16 (Halide's arm_fp16), which uses both.
+    return has_all(hwcap, kHwcapFphp | kHwcapAsimdhp) ? ROPE_ISA_NEON_FP16 : ROPE_ISA_NEON;
+}
+
+}  // namespace ropegen

@@ -9,8 +9,12 @@ if (NOT Halide_DIR AND EXISTS "${ropegen_venv_python}")
         RESULT_VARIABLE ropegen_halide_found)
     if (ropegen_halide_found EQUAL 0)
         set(Halide_DIR "${ropegen_halide_root}/lib64/cmake/Halide" CACHE PATH "Halide CMake package" FORCE)
-        set(HalideHelpers_DIR "${ropegen_halide_root}/lib64/cmake/HalideHelpers")
     endif ()
+endif ()
+# Its helpers sit beside it; said explicitly because a cross toolchain confines package searches
+# to the target's sysroot.
+if (Halide_DIR AND NOT EXISTS "${HalideHelpers_DIR}/HalideHelpersConfig.cmake")
+    set(HalideHelpers_DIR "${Halide_DIR}/../HalideHelpers")
 endif ()
 find_package(Halide 21 REQUIRED)
 

@@ -51,7 +51,7 @@ std::optional<int64_t> available_memory() {
 /// The ISA levels this CPU runs, best first.
 std::vector<rope_isa> cpu_isas() {
     std::vector<rope_isa> isas;
-    for (rope_isa isa : {ROPE_ISA_AVX512, ROPE_ISA_AVX2, ROPE_ISA_SSE41}) {
+    for (rope_isa isa : isa_levels()) {
         if (isa <= detected_isa()) {
             isas.push_back(isa);
         }
@@ -523,7 +523,7 @@ TEST_P(BeyondFourGiBTest, Int64PositionStepBeyond2Pow30) {
 
 std::vector<IsaAndKind> isas_and_kinds() {
     std::vector<IsaAndKind> params;
-    for (rope_isa isa : {ROPE_ISA_AVX512, ROPE_ISA_AVX2, ROPE_ISA_SSE41}) {
+    for (rope_isa isa : isa_levels()) {
         for (KernelKind kind : {KernelKind::FixedHeadDim, KernelKind::AnyHeadDim}) {
             params.push_back({isa, kind});
         }

@@ -198,7 +198,8 @@ CosSin exact_cos_sin(int64_t position, int rotary_dim, double base, double attn_
     return cs;
 }
 
-CosSinCache build_cache(int64_t len, int rotary_dim, int64_t row_stride, double base, double attn_factor) {
+CosSinCache build_cache(int64_t len, int rotary_dim, int64_t row_stride, double base, double attn_factor,
+                        const std::vector<int64_t> &rows) {
     const int pairs = rotary_dim / 2;
     if (row_stride < pairs) {
         throw std::invalid_argument("build_cache: row_stride < rotary_dim / 2");
@@ -208,7 +209,17 @@ CosSinCache build_cache(int64_t len, int rotary_dim, int64_t row_stride, double 
     cache.row_stride = row_stride;
     cache.cos.assign(static_cast<size_t>(len * row_stride), std::numeric_limits<float>::quiet_NaN());
     cache.sin.assign(cache.cos.size(), std::numeric_limits<float>::quiet_NaN());
+    std::vector<bool> wanted(static_cast<size_t>(len), rows.empty());
+    for (int64_t row : rows) {
+        if (row < 0 || row >= len) {
+            throw std::invalid_argument("build_cache: a row is outside [0, len)");
+        }
+        wanted[static_cast<size_t>(row)] = true;
+    }
     for (int64_t row = 0; row < len; row++) {
+        if (!wanted[static_cast<size_t>(row)]) {
+            continue;
+        }
         const CosSin cs = exact_cos_sin(row, rotary_dim, base, attn_factor);
         for (int i = 0; i < pairs; i++) {
             cache.cos[row * row_stride + i] = static_cast<float>(cs.cos[i]);

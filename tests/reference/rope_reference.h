@@ -79,7 +79,11 @@ struct CosSinCache {
     int64_t len = 0, row_stride = 0;
     std::vector<float> cos, sin;
 };
-CosSinCache build_cache(int64_t len, int rotary_dim, int64_t row_stride, double base, double attn_factor);
+/// With `rows` given, only those rows are filled and every other value stays NaN: a kernel that
+/// reads a row no position names fails the comparison (and long double sin/cos of unused rows,
+/// slow where long double is software, such as aarch64, is skipped).
+CosSinCache build_cache(int64_t len, int rotary_dim, int64_t row_stride, double base, double attn_factor,
+                        const std::vector<int64_t> &rows = {});
 /// The values the cache source reads for `position` (the f32 table entries, exactly).
 CosSin cache_cos_sin(const CosSinCache &cache, int64_t position, int rotary_dim);
 

@@ -32,7 +32,7 @@ struct Job {
 // The caps a thread may set, each of them at most what the CPU has.
 std::vector<rope_isa> caps() {
     std::vector<rope_isa> caps{ROPE_ISA_NONE};
-    for (rope_isa isa : {ROPE_ISA_SSE41, ROPE_ISA_AVX2, ROPE_ISA_AVX512}) {
+    for (rope_isa isa : isa_levels()) {
         if (isa <= detected_isa()) {
             caps.push_back(isa);
         }

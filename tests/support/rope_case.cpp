@@ -200,7 +200,7 @@ RopeCall::RopeCall(CaseSpec spec) : spec_(std::move(spec)) {
         const int64_t len = c.cache_len != 0 ? c.cache_len : max_position + 3;
         const int pairs = c.effective_rotary_dim() / 2;
         cache_ = ref::build_cache(len, c.effective_rotary_dim(), pairs + c.cache_row_pad, c.effective_base(),
-                                  c.effective_attn_factor());
+                                  c.effective_attn_factor(), positions_);
         // The call may read rows 0..len-1, R/2 values each: the last row's padding is left out so
         // that its last value touches the guard page.
         const auto readable = static_cast<size_t>((len - 1) * cache_.row_stride + pairs);

@@ -27,7 +27,7 @@ ISAS = {
     "avx512": ("x86_64", "x86-64-avx512", "x86-64-linux-avx512_skylake", "ROPE_ISA_AVX512"),
     "avx2": ("x86_64", "x86-64-avx2", "x86-64-linux-avx-avx2-fma-f16c-sse41", "ROPE_ISA_AVX2"),
     "sse41": ("x86_64", "x86-64-sse41", "x86-64-linux-sse41", "ROPE_ISA_SSE41"),
-    "neon_fp16": ("aarch64", "arm-64-neon", "arm-64-linux-arm_fp16", "ROPE_ISA_NEON_FP16"),
+    "neon_fp16": ("aarch64", "arm-64-neon_fp16", "arm-64-linux-arm_fp16", "ROPE_ISA_NEON_FP16"),
     "neon": ("aarch64", "arm-64-neon", "arm-64-linux", "ROPE_ISA_NEON"),
 }
 # The one Halide runtime per architecture, built for its baseline so it runs on any CPU of it.

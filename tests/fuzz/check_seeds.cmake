@@ -3,7 +3,7 @@
 # writes, so that a change of the input format cannot leave stale seeds behind.
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
-execute_process(COMMAND "${SEED_WRITER}" "${WORK_DIR}" RESULT_VARIABLE result)
+execute_process(COMMAND ${SEED_WRITER} "${WORK_DIR}" RESULT_VARIABLE result)  # a list: [emulator...] program
 if (NOT result EQUAL 0)
     message(FATAL_ERROR "${SEED_WRITER} failed")
 endif ()

@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Instruction audit and llvm-mca estimates of the aarch64 kernels' hot loops.
+
+Reads the kernel list of an aarch64 build (build/aarch64/runtime/kernel_assembly.txt: name, Halide
+target and assembly file of every kernel; the build keeps the assembly Halide emits).
+
+  audit  Every rotation task of every kernel (q and k, each tensor layout's loop nest) has a hot
+         loop: the innermost loop that stores the most bytes per iteration. It must be vector code:
+         vector FP multiplies, no scalar FP arithmetic, no spills (stores to the stack), and the
+         interleaved style must store with st2 (interleaving stores, not shuffles). Any violation
+         is printed and the exit status is 1 (ctest: neon.HotLoopAudit). Reloads from the stack
+         (values spilled before the loop, loaded again every iteration) are listed as notes.
+  mca    llvm-mca (Debian's LLVM) estimates the cycles of one iteration of those hot loops on
+         Neoverse-N1 and Apple M1; cycles per rotated head = cycles per iteration x iterations per
+         head (head bytes / bytes stored per iteration). The table (head_dim 128 kernels, median
+         over the layouts' loop nests) goes to stdout, or into bench/README.md between its markers
+         with --write-readme.
+
+The estimates are the hot loop alone, at steady state, with every load hitting L1: a lower bound
+on compute, not a bandwidth claim.
+"""
+import argparse
+import pathlib
+import re
+import statistics
+import subprocess
+import sys
+
+MCA_CPUS = (("neoverse-n1", "Neoverse-N1"), ("apple-m1", "Apple M1"))
+README_BEGIN = "<!-- neon-mca:begin (bench/neon_asm.py mca --write-readme) -->"
+README_END = "<!-- neon-mca:end -->"
+ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+
+INSTRUCTION = re.compile(r"^\t([a-z][\w.]*)\s*(.*?)\s*(//.*)?$")
+FUNCTION = re.compile(r"^([A-Za-z_][\w.$]*):")
+BLOCK = re.compile(r"^(?:\.L(BB\d+_\d+):|// %bb\.\d+:)")
+INNER_HEADER = re.compile(r"=>\s*This Inner Loop Header")
+IN_LOOP = re.compile(r"in Loop: Header=(BB\d+_\d+)")
+VECTOR_REG = re.compile(r"\bv\d+\.(\d+)([bhsd])\b")
+SCALAR_FP_REG = re.compile(r"^[hsd]\d+\b")
+FP_ARITHMETIC = ("fmul", "fadd", "fsub", "fmla", "fmls", "fneg", "fdiv", "fmadd", "fmsub", "fnmadd", "fnmsub")
+STORES = ("st1", "st2", "st3", "st4", "str", "stp", "stur", "stnp")
+REG_BYTES = {"q": 16, "d": 8, "s": 4, "h": 2, "b": 1}
+
+
+class Loop:
+    """One innermost loop: its instructions as (mnemonic, operands) and the source text."""
+
+    def __init__(self, function, header):
+        self.function = function
+        self.header = header
+        self.instructions = []
+        self.lines = []
+
+    def store_bytes(self):
+        total = 0
+        for mnemonic, operands in self.instructions:
+            if mnemonic.startswith(("st1", "st2", "st3", "st4")):
+                registers = re.findall(r"v\d+\.(\d+)([bhsd])", operands.split("}")[0])
+                total += sum(int(n) * REG_BYTES[t] for n, t in registers)
+            elif mnemonic in ("str", "stur", "stp", "stnp"):
+                registers = re.findall(r"\b([qdshb])\d+\b", operands.split("[")[0])
+                total += sum(REG_BYTES[r] for r in registers)
+        return total
+
+    def reloads(self):
+        """Loads from the stack: values spilled before the loop and reloaded in every iteration."""
+        return [f"{m} {ops}" for m, ops in self.instructions if m.startswith("ld") and re.search(r"\[sp\b", ops)]
+
+    def single_lane_accesses(self):
+        """Loads or stores of one vector lane (ld1 {v0.s}[2]): the per-lane guards of a tail."""
+        return any(m.startswith(("ld1", "st1")) and "}[" in ops for m, ops in self.instructions)
+
+    def bytes_per_instruction(self):
+        return self.store_bytes() / max(1, len(self.instructions))
+
+    def problems(self, interleaved):
+        found = []
+        vector_fp = [m for m, ops in self.instructions if m in FP_ARITHMETIC and VECTOR_REG.search(ops)]
+        scalar_fp = [f"{m} {ops}" for m, ops in self.instructions if m in FP_ARITHMETIC and SCALAR_FP_REG.match(ops)]
+        stack = [f"{m} {ops}" for m, ops in self.instructions if m.startswith("st") and re.search(r"\[sp\b", ops)]
+        if not vector_fp:
+            found.append("no vector FP arithmetic")
+        if scalar_fp:
+            found.append(f"scalar FP arithmetic: {scalar_fp[:3]}")
+        if stack:
+            found.append(f"spills to the stack: {stack[:3]}")
+        if interleaved and not any(m.startswith("st2") for m, _ in self.instructions):
+            found.append("interleaved style without st2 interleaving stores")
+        return found
+
+
+def read_loops(assembly_path):
+    """Innermost loops of every rotation task function ('..._rotated_s0_..._task'), from LLVM's
+    loop annotations: the header block says 'This Inner Loop Header', each other block of the loop
+    'in Loop: Header=<its label>' (and may come before the header in the file)."""
+    blocks = []  # [function, label, is_inner_header, header it belongs to, Loop-to-be instructions]
+    function = None
+    for line in pathlib.Path(assembly_path).read_text().splitlines():
+        match = FUNCTION.match(line)
+        if match:
+            function = match.group(1) if re.search(r"_rotated_s\d+_.*_task", match.group(1)) else None
+            continue
+        if function is None:
+            continue
+        block = BLOCK.match(line)
+        if block:
+            blocks.append({"function": function, "label": block.group(1), "inner_header": False, "in_loop": None,
+                           "instructions": []})
+        if not blocks or blocks[-1]["function"] != function:
+            continue
+        if block or line.lstrip().startswith("//"):
+            if INNER_HEADER.search(line):
+                blocks[-1]["inner_header"] = True
+            in_loop = IN_LOOP.search(line)
+            if in_loop:
+                blocks[-1]["in_loop"] = in_loop.group(1)
+            continue
+        instruction = INSTRUCTION.match(line)
+        if instruction and not instruction.group(1).startswith("."):
+            blocks[-1]["instructions"].append((instruction.group(1), instruction.group(2)))
+    loops = []
+    for header in (b for b in blocks if b["inner_header"] and b["label"]):
+        loop = Loop(header["function"], header["label"])
+        members = [b for b in blocks if b["function"] == header["function"] and
+                   (b is header or b["in_loop"] == header["label"])]
+        for member in members:
+            loop.instructions += member["instructions"]
+            loop.lines += [f"{m} {ops}" for m, ops in member["instructions"]]
+        loops.append(loop)
+    return loops
+
+
+def hot_loops(assembly_path):
+    """The hot loop of each rotation task function: the loop over whole pair blocks, i.e. of its
+    innermost loops the one storing the most bytes per instruction, passing over the GuardWithIf
+    copies for a partial last block (they load and store single lanes) when there is another."""
+    by_function = {}
+    for loop in read_loops(assembly_path):
+        best = by_function.get(loop.function)
+        key = (not loop.single_lane_accesses(), loop.bytes_per_instruction())
+        if best is None or key > (not best.single_lane_accesses(), best.bytes_per_instruction()):
+            by_function[loop.function] = loop
+    return [loop for loop in by_function.values() if loop.store_bytes() > 0]
+
+
+def read_kernels(build):
+    listing = pathlib.Path(build) / "runtime" / "kernel_assembly.txt"
+    if not listing.exists():
+        raise SystemExit(f"{listing} not found: configure and build an aarch64 build first (cmake --workflow --preset aarch64)")
+    return [kernel_entry(*line.split()) for line in listing.read_text().splitlines()]
+
+
+def kernel_entry(name, target, assembly):
+    """A kernel of the list, its key read back from its name."""
+    match = re.match(r"ropegen_(half|interleaved)_(cache|compat|precise)_d(\d+|any)_(f32|f16|bf16)__(\w+)$", name)
+    if match is None:
+        raise SystemExit(f"{name}: not a ropegen kernel name (ropegen_<style>_<source>_d<head_dim>_<dtype>__<isa>)")
+    style, source, head_dim, dtype, isa = match.groups()
+    return {"name": name, "target": target, "assembly": assembly, "style": style, "source": source,
+            "head_dim": head_dim, "dtype": dtype, "isa": isa}
+
+
+def audit(kernels):
+    failures = 0
+    loops_checked = 0
+    reloading = []
+    for kernel in kernels:
+        loops = hot_loops(kernel["assembly"])
+        tasks = {loop.function for loop in read_loops(kernel["assembly"])}
+        if not loops or len(loops) < len(tasks):
+            print(f"FAIL {kernel['name']}: {len(tasks)} rotation tasks but {len(loops)} hot loops found")
+            failures += 1
+        for loop in loops:
+            loops_checked += 1
+            for problem in loop.problems(kernel["style"] == "interleaved"):
+                print(f"FAIL {kernel['name']} {loop.function} (loop .L{loop.header}): {problem}")
+                failures += 1
+            if loop.reloads() and kernel["name"] not in reloading:
+                reloading.append(kernel["name"])
+                print(f"note {kernel['name']}: its hot loops reload values from the stack, e.g. {loop.reloads()[:2]}")
+    print(f"{len(kernels)} kernels, {loops_checked} hot loops audited, {failures} problem(s); "
+          f"{len(reloading)} kernel(s) reload loop-invariant values from the stack")
+    return 1 if failures else 0
+
+
+def mca_cycles_per_iteration(loop, cpu, target, llvm_mca):
+    attributes = ["-mattr=+fullfp16"] if "arm_fp16" in target else []
+    body = "\n".join(loop.lines) + "\n"
+    result = subprocess.run([llvm_mca, "-mtriple=aarch64-linux-gnu", f"-mcpu={cpu}", *attributes, "-iterations=100",
+                             "-summary-view", "-instruction-info=0", "-resource-pressure=0"],
+                            input=body, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"llvm-mca failed on {loop.function}: {result.stderr.strip()}")
+    cycles = int(re.search(r"Total Cycles:\s+(\d+)", result.stdout).group(1))
+    return cycles / 100.0
+
+
+def mca_table(kernels, llvm_mca):
+    rows = []
+    header = ["kernel", "level", "loop instructions", "bytes stored / iteration"]
+    header += [f"{label} cycles / head" for _, label in MCA_CPUS]
+    for kernel in kernels:
+        if kernel["head_dim"] != "128":
+            continue
+        loops = [loop for loop in hot_loops(kernel["assembly"]) if "_q_rotated_" in loop.function]
+        head_bytes = 128 * ELEMENT_BYTES[kernel["dtype"]]
+        cells = [f"{kernel['style']} {kernel['source']} {kernel['dtype']}", kernel["isa"],
+                 str(round(statistics.median(len(loop.instructions) for loop in loops))),
+                 str(round(statistics.median(loop.store_bytes() for loop in loops)))]
+        for cpu, _ in MCA_CPUS:
+            per_head = [mca_cycles_per_iteration(loop, cpu, kernel["target"], llvm_mca) * head_bytes / loop.store_bytes()
+                        for loop in loops]
+            cells.append(f"{statistics.median(per_head):.1f} ({min(per_head):.1f}-{max(per_head):.1f})")
+        rows.append(cells)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_readme(readme, table, command):
+    text = readme.read_text()
+    if README_BEGIN not in text or README_END not in text:
+        raise SystemExit(f"{readme} has no {README_BEGIN} ... {README_END} section")
+    before = text[:text.index(README_BEGIN) + len(README_BEGIN)]
+    after = text[text.index(README_END):]
+    readme.write_text(f"{before}\n\nMade by `{command}`.\n\n{table}\n{after}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=("audit", "mca"))
+    parser.add_argument("--build", default="build/aarch64", help="the aarch64 build tree (default: build/aarch64)")
+    parser.add_argument("--llvm-mca", default="llvm-mca")
+    parser.add_argument("--write-readme", type=pathlib.Path, help="replace the table section of this file (bench/README.md)")
+    parser.add_argument("--assembly", nargs="+", type=pathlib.Path,
+                        help="audit these files (named <kernel>.s) instead of a build's kernels")
+    args = parser.parse_args()
+    if args.assembly:
+        kernels = [kernel_entry(path.stem, "arm-64-linux", str(path)) for path in args.assembly]
+    else:
+        kernels = read_kernels(args.build)
+    if args.mode == "audit":
+        return audit(kernels)
+    table = mca_table(kernels, args.llvm_mca)
+    if args.write_readme:
+        write_readme(args.write_readme, table, "python3 bench/neon_asm.py mca --write-readme bench/README.md")
+    else:
+        sys.stdout.write(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,7 +8,7 @@ target and assembly file of every kernel; the build keeps the assembly Halide em
   audit  Every rotation task of every kernel (q and k, each tensor layout's loop nest) has a hot
          loop: the innermost loop that stores the most bytes per iteration. It must be vector code:
          vector FP multiplies, no scalar FP arithmetic, no spills (stores to the stack), and the
-         interleaved style must store with st2 (interleaving stores, not shuffles). Any violation
+         interleaved style must load with ld2 and store with st2 (not shuffles). Any violation
          is printed and the exit status is 1 (ctest: neon.HotLoopAudit). Reloads from the stack
          (values spilled before the loop, loaded again every iteration) are listed as notes.
   mca    llvm-mca (Debian's LLVM) estimates the cycles of one iteration of those hot loops on
@@ -86,8 +86,9 @@ class Loop:
             found.append(f"scalar FP arithmetic: {scalar_fp[:3]}")
         if stack:
             found.append(f"spills to the stack: {stack[:3]}")
-        if interleaved and not any(m.startswith("st2") for m, _ in self.instructions):
-            found.append("interleaved style without st2 interleaving stores")
+        for op, what in (("ld2", "de-interleaving loads"), ("st2", "interleaving stores")):
+            if interleaved and not any(m.startswith(op) for m, _ in self.instructions):
+                found.append(f"interleaved style without {op} {what}")
         return found
 
 

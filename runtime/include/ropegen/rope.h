@@ -48,7 +48,8 @@ typedef enum rope_status {
     ROPE_ERR_OVERLAP = 10,          /**< an output partially overlaps an input or another output */
     ROPE_ERR_BAD_VALUE = 11,        /**< a scalar (base, attn_factor, cache_len, num_threads) is invalid */
     ROPE_ERR_ABI_MISMATCH = 12,     /**< struct_size or abi_version not understood */
-    ROPE_ERR_UNSUPPORTED = 13,      /**< valid, but no kernel built for it runs on this CPU */
+    ROPE_ERR_UNSUPPORTED = 13,      /**< valid, but no kernel built for it runs on this CPU (or, from
+                                         rope_set_max_isa, a level of another architecture) */
     ROPE_ERR_INTERNAL = 14          /**< a generated kernel failed; the message has Halide's text */
 } rope_status;
 

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -162,10 +161,10 @@ TEST(IsaCap, LevelsOfAnotherArchitectureAreRefused) {
             EXPECT_EQ(rope_active_isa(), detected_isa()) << "a refused cap must leave the level alone";
         }
     }
-    for (int32_t bogus : {-1, 4, 15, 18}) {
-        rope_isa isa;
-        std::memcpy(&isa, &bogus, sizeof(isa));
-        EXPECT_EQ(rope_set_max_isa(isa), ROPE_ERR_BAD_ENUM) << bogus;
+    // Values C++ can hold in a rope_isa without undefined behaviour (0..31); negative and larger
+    // ones come through the C shim of the fuzz harness (tests/fuzz/raw_isa.c).
+    for (int bogus : {4, 15, 18, 31}) {
+        EXPECT_EQ(rope_set_max_isa(static_cast<rope_isa>(bogus)), ROPE_ERR_BAD_ENUM) << bogus;
     }
 }
 

@@ -33,7 +33,9 @@ struct Pick {
 };
 
 // --- fields whose codes index a table of values ------------------------------------------------
-inline constexpr int32_t kIsaCaps[] = {ROPE_ISA_NONE, ROPE_ISA_SSE41, ROPE_ISA_AVX2, ROPE_ISA_AVX512, 4, -1};
+// Appended, never reordered: a code keeps its value in the committed corpus and regressions.
+inline constexpr int32_t kIsaCaps[] = {ROPE_ISA_NONE, ROPE_ISA_SSE41, ROPE_ISA_AVX2, ROPE_ISA_AVX512, 4, -1,
+                                       ROPE_ISA_NEON, ROPE_ISA_NEON_FP16};
 inline constexpr int32_t kAbiVersions[] = {ROPE_ABI_VERSION, 0, ROPE_ABI_VERSION + 1};
 inline constexpr int32_t kStyles[] = {ROPE_STYLE_HALF, ROPE_STYLE_INTERLEAVED, 2, -1};
 inline constexpr int32_t kDirections[] = {ROPE_FORWARD, ROPE_INVERSE, 2};

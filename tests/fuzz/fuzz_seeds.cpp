@@ -170,6 +170,12 @@ std::vector<Seed> valid_seeds() {
         r.isa_cap = value_of(kIsaCaps, int32_t{ROPE_ISA_AVX2});
         r.head_dim = value_of(kHeadDims, int64_t{256});
     });
+    // A level of aarch64: a cap there, ROPE_ERR_UNSUPPORTED on x86-64 (and the other way round).
+    add("isa_cap_neon", [](Recipe &r) { r.isa_cap = value_of(kIsaCaps, int32_t{ROPE_ISA_NEON}); });
+    add("isa_cap_neon_fp16_head_dim_64", [](Recipe &r) {
+        r.isa_cap = value_of(kIsaCaps, int32_t{ROPE_ISA_NEON_FP16});
+        r.head_dim = value_of(kHeadDims, int64_t{64});
+    });
     add("valid_null_report", [](Recipe &r) { r.null_target = Pick::of(NullTarget::Report); });
     add("valid_short_report", [](Recipe &r) { r.report_size = Pick::of(ReportSize::Shorter); });
     add("valid_long_report", [](Recipe &r) { r.report_size = Pick::of(ReportSize::Longer); });

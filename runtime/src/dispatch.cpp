@@ -10,6 +10,7 @@
 #include <string>
 #include <system_error>
 
+#include "internal/enum_value.h"
 #include "internal/kernel_table.h"
 #include "internal/runtime_state.h"
 #include "internal/validate.h"
@@ -354,9 +355,7 @@ extern "C" rope_status rope_query(const rope_params *params, rope_report *report
 }
 
 extern "C" const char *rope_status_string(rope_status status) {
-    int32_t value;  // read as an int: a C caller may pass any value
-    std::memcpy(&value, &status, sizeof(value));
-    switch (value) {
+    switch (ropegen::enum_value(status)) {  // a C caller may pass any int
     case ROPE_OK: return "ROPE_OK: success";
     case ROPE_ERR_NULL_POINTER: return "ROPE_ERR_NULL_POINTER: a required pointer is NULL";
     case ROPE_ERR_BAD_ENUM: return "ROPE_ERR_BAD_ENUM: an enum field holds an unknown value";

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "internal/enum_value.h"
 #include "internal/kernel_table.h"
 #include "internal/runtime_state.h"
 
@@ -76,8 +77,7 @@ rope_isa usable_isa() {
 
 extern "C" rope_status rope_set_max_isa(rope_isa isa) {
     ropegen::ensure_initialized();
-    int32_t value;  // read as an int: a C caller may pass any value
-    std::memcpy(&value, &isa, sizeof(value));
+    const int32_t value = ropegen::enum_value(isa);  // a C caller may pass any int
     if (value != ROPE_ISA_NONE && ropegen::find_level(value) == nullptr) {
         return ropegen::is_rope_isa(value) ? ROPE_ERR_UNSUPPORTED : ROPE_ERR_BAD_ENUM;
     }

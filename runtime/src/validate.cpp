@@ -3,6 +3,8 @@
 // sections; each failure names the argument, the value and the rule.
 #include "internal/validate.h"
 
+#include "internal/enum_value.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -42,16 +44,6 @@ private:
     std::optional<std::ostringstream> stream_;
     rope_status status_ = ROPE_OK;
 };
-
-// A C caller may store any int in an enum field; C++ may not load an enum outside its
-// enumerators' range, so fields are read as the int they are.
-template <typename Enum>
-int32_t enum_value(const Enum &field) {
-    static_assert(sizeof(Enum) == sizeof(int32_t), "C enums are int-sized");
-    int32_t value;
-    std::memcpy(&value, &field, sizeof(value));
-    return value;
-}
 
 size_t dtype_size(rope_dtype dtype) {
     return dtype == ROPE_DTYPE_F32 ? 4 : 2;

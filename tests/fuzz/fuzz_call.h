@@ -6,32 +6,20 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "fuzz_recipe.h"
+#include "internal/enum_value.h"
 #include "ropegen/rope.h"
 #include "support/guarded_bytes.h"
 
 namespace ropegen::fuzz {
 
-/// The int stored in an enum field. A C caller may store any int there; in C++, loading an enum
-/// outside its enumerators' range is undefined (UBSan's -fsanitize=enum traps), so fields that may
-/// hold such values are only ever read and written as ints.
-template <typename Enum>
-int32_t enum_value(const Enum &field) {
-    static_assert(sizeof(Enum) == sizeof(int32_t), "C enums of this ABI are int-sized");
-    int32_t value;
-    std::memcpy(&value, &field, sizeof(value));
-    return value;
-}
-template <typename Enum>
-void store_raw(Enum &field, int32_t value) {
-    static_assert(sizeof(Enum) == sizeof(int32_t), "C enums of this ABI are int-sized");
-    std::memcpy(&field, &value, sizeof(value));
-}
+// Enum fields that may hold any int are read and written as ints.
+using ropegen::enum_value;
+using ropegen::store_raw;
 
 extern const char *const kTensorNames[kTensorCount];
 

@@ -65,7 +65,7 @@ ReportFields read_report(const FuzzCall &call, rope_report *report) {
 
 std::string status_name(int32_t status) {
     rope_status value;
-    std::memcpy(&value, &status, sizeof(value));
+    store_raw(value, status);
     return std::to_string(status) + " (" + rope_status_string(value) + ")";
 }
 

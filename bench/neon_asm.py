@@ -143,12 +143,12 @@ def read_loops(assembly_path):
     return loops
 
 
-def hot_loops(assembly_path):
+def hot_loops(loops):
     """The hot loop of each rotation task function: the loop over whole pair blocks, i.e. of its
     innermost loops the one storing the most bytes per instruction, passing over the GuardWithIf
     copies for a partial last block (they load and store single lanes) when there is another."""
     by_function = {}
-    for loop in read_loops(assembly_path):
+    for loop in loops:
         best = by_function.get(loop.function)
         key = (not loop.single_lane_accesses(), loop.bytes_per_instruction())
         if best is None or key > (not best.single_lane_accesses(), best.bytes_per_instruction()):
@@ -178,8 +178,9 @@ def audit(kernels):
     loops_checked = 0
     reloading = []
     for kernel in kernels:
-        loops = hot_loops(kernel["assembly"])
-        tasks = {loop.function for loop in read_loops(kernel["assembly"])}
+        all_loops = read_loops(kernel["assembly"])
+        loops = hot_loops(all_loops)
+        tasks = {loop.function for loop in all_loops}
         if not loops or len(loops) < len(tasks):
             print(f"FAIL {kernel['name']}: {len(tasks)} rotation tasks but {len(loops)} hot loops found")
             failures += 1
@@ -215,7 +216,7 @@ def mca_table(kernels, llvm_mca):
     for kernel in kernels:
         if kernel["head_dim"] != "128":
             continue
-        loops = [loop for loop in hot_loops(kernel["assembly"]) if "_q_rotated_" in loop.function]
+        loops = [loop for loop in hot_loops(read_loops(kernel["assembly"])) if "_q_rotated_" in loop.function]
         if not loops:
             raise SystemExit(f"{kernel['name']}: no q rotation hot loop found in {kernel['assembly']}")
         head_bytes = 128 * ELEMENT_BYTES[kernel["dtype"]]

@@ -4,7 +4,10 @@
 // one signature, so the runtime calls them all through one function-pointer type:
 //   inputs  q, k [lane, head, seq, batch]; positions [seq, batch] (int32, any strides: an int64
 //           table is read through its low words, an offset table with seq stride 0);
-//           position_step (1 for offsets, else 0); cos_table, sin_table [pair, row] (cache source,
+//           positions_given (false: positions is not read, as for one scalar offset);
+//           position_base (added to every position); position_step (1 for offsets, else 0):
+//           position(s, b) = (positions_given ? positions(s, b) : 0) + position_base + s * position_step;
+//           cos_table, sin_table [pair, row] (cache source,
 //           f32), cos_table_narrow, sin_table_narrow (the same in the tensor dtype), narrow_tables
 //           (which pair to read);
 //           base, attn_factor, sin_sign (+1 forward, -1 inverse), rotary_offset, rotary_pairs
@@ -55,11 +58,16 @@ public:
     LayoutParams bhsd{"bhsd", HeadLoop::OutsideTokens};
     LayoutParams sbhd{"sbhd", HeadLoop::InsideTokens};
     LayoutParams strided{"strided", HeadLoop::InsideTokens};
+    GeneratorParam<int> gpu_threads_per_block{"gpu_threads_per_block", 256, 32, 1024};
+    GeneratorParam<int> gpu_pair_threads{"gpu_pair_threads", 16, 1, 1024};
+    GeneratorParam<int> gpu_tokens_per_block{"gpu_tokens_per_block", 1, 1, 1024};
 
     void configure() {
         q_ = add_input<Buffer<>>("q", dtype, 4);
         k_ = add_input<Buffer<>>("k", dtype, 4);
         positions_ = add_input<Buffer<int32_t, 2>>("positions");
+        positions_given_ = add_input<bool>("positions_given");
+        position_base_ = add_input<int32_t>("position_base");
         position_step_ = add_input<int32_t>("position_step");
         cos_table_ = add_input<Buffer<float, 2>>("cos_table");
         sin_table_ = add_input<Buffer<float, 2>>("sin_table");
@@ -81,7 +89,8 @@ public:
     void generate() {
         const RopeVars v;
         // Token positions: an explicit table, or offset[batch] + seq (spec §5).
-        position_(v.seq, v.batch) = (*positions_)(v.seq, v.batch) + v.seq * (*position_step_);
+        position_(v.seq, v.batch) = select(*positions_given_, (*positions_)(v.seq, v.batch), 0) + *position_base_ +
+                                    v.seq * (*position_step_);
         if (source == Source::Compat) {
             inv_freq_(v.pair) = compat_inv_freq(v.pair, *base_, 2 * rotary_pairs());
         } else if (source == Source::Precise) {
@@ -93,6 +102,59 @@ public:
     }
 
     void schedule() {
+        if (get_target().has_gpu_feature()) {
+            const GpuSchedule gpu{vector_pairs, gpu_threads_per_block, gpu_pair_threads, gpu_tokens_per_block};
+            apply_gpu_schedule(tensors_, cos_sin_, gpu, head_dim / 2, Expr(*positions_given_),
+                               has_narrow_tables() ? Expr(*narrow_tables_) : Expr());
+            if (head_dim > 0) {
+                promise_vector_alignment();
+            }
+        } else {
+            schedule_cpu();
+        }
+        positions_->dim(0).set_stride(Expr());  // int64 tables (stride 2) and offsets (stride 0)
+        // The pair axis spans exactly rotary_pairs: a constant in fixed head_dim kernels, so their
+        // pair loops have constant trip counts.
+        const int pair_dim = style == Style::Half ? 0 : 1, half_dim = 1 - pair_dim;
+        for (const TensorOutputs &out : outputs_) {
+            out.rotated->dim(pair_dim).set_bounds(0, rotary_pairs());
+            out.rotated->dim(half_dim).set_bounds(0, 2);
+            if (head_dim > 0) {
+                // Whole heads: nothing passes through, and no loop is emitted for it.
+                out.lead->dim(0).set_bounds(0, 0);
+                out.tail->dim(0).set_bounds(head_dim, 0);
+            }
+            // Pairs are two lanes apart (interleaved); a pair's lanes are P apart (half).
+            out.rotated->dim(1).set_stride(style == Style::Interleaved ? Expr(2) : rotary_pairs());
+        }
+    }
+
+private:
+    // Fixed head_dim CUDA kernels load and store whole 16-byte vectors (the any-head_dim kernel
+    // makes no such assumption and serves every other call): they assume every tensor and table
+    // starts 16-byte aligned at element 0 with strides in whole vectors, which the dispatcher
+    // checks before it picks one (KernelEntry::vector_elements).
+    void promise_vector_alignment() {
+        const int lanes = vector_pairs;
+        auto align = [&](auto &buffer, int first_strided_dim) {
+            buffer.set_host_alignment(16);
+            buffer.dim(0).set_min(0);
+            for (int d = first_strided_dim; d < buffer.dimensions(); d++) {
+                buffer.dim(d).set_stride(buffer.dim(d).stride() / lanes * lanes);
+            }
+        };
+        for (auto *input : {q_, k_, cos_table_narrow_, sin_table_narrow_}) {
+            align(*input, 1);
+        }
+        for (auto *table : {cos_table_, sin_table_}) {
+            align(*table, 1);
+        }
+        for (const TensorOutputs &out : outputs_) {
+            align(*out.rotated, 2);
+        }
+    }
+
+    void schedule_cpu() {
         if (inv_freq_.defined()) {
             inv_freq_.compute_root().vectorize(RopeVars().pair, vector_pairs, TailStrategy::GuardWithIf);
         }
@@ -103,20 +165,8 @@ public:
         for (RotatedTensorFuncs &funcs : tensors_) {
             apply_schedule(funcs, knobs, has_narrow_tables() ? Expr(*narrow_tables_) : Expr());
         }
-        positions_->dim(0).set_stride(Expr());  // int64 tables (stride 2) and offsets (stride 0)
-        // The pair axis spans exactly rotary_pairs: a constant in fixed head_dim kernels, so their
-        // pair loops have constant trip counts.
-        const int pair_dim = style == Style::Half ? 0 : 1, half_dim = 1 - pair_dim;
-        for (const TensorOutputs &out : outputs_) {
-            out.rotated->dim(pair_dim).set_bounds(0, rotary_pairs());
-            out.rotated->dim(half_dim).set_bounds(0, 2);
-            if (style == Style::Interleaved) {
-                out.rotated->dim(1).set_stride(2);  // pairs are two lanes apart
-            }
-        }
     }
 
-private:
     // A fixed head_dim kernel rotates whole heads (the dispatcher sends partial rotary to the
     // any-head_dim kernel), so its rotary slice is a compile-time constant.
     Expr rotary_pairs() const {
@@ -124,6 +174,25 @@ private:
     }
     Expr rotary_offset() const {
         return head_dim > 0 ? Expr(0) : Expr(*rotary_offset_);
+    }
+
+    // Storage dtype <-> f32 (spec §4). Halide's CUDA code generator cannot convert bf16 (LLVM
+    // rejects the cast), so CUDA kernels convert it through its bits.
+    bool bf16_through_bits() const {
+        return dtype == BFloat(16) && get_target().has_feature(Target::CUDA);
+    }
+    Expr widen(const Expr &x) const {
+        return x.type() == BFloat(16) && bf16_through_bits() ? bf16_to_f32_bits(x) : cast<float>(x);
+    }
+    Expr narrow(const Expr &value) const {
+        if (bf16_through_bits()) {
+            return f32_to_bf16_bits(value);
+        }
+        if (dtype == Float(16) && !get_target().has_feature(Target::F16C)) {
+            // Halide's software f32 -> f16 conversion (targets without F16C) turns NaN into Inf.
+            return select(is_nan(value), reinterpret(dtype, cast<uint16_t>(0x7e00)), cast(dtype, value));
+        }
+        return cast(dtype, value);
     }
 
     // 16-bit kernels of the cache source also read tables stored in their own dtype.
@@ -141,10 +210,14 @@ private:
         Func &cs = cos_sin_;
         const Expr position = position_(v.seq, v.batch);
         if (source == Source::Cache) {
-            // Rows are validated against cache_len before any kernel runs (spec §5).
+            // Rows are validated against cache_len before any kernel runs (spec §5), except in device
+            // memory, which the dispatcher cannot read without synchronizing: there the row is
+            // clamped, so that no position reads outside the cache.
             auto read = [&](const auto &table) {
-                const Expr row = unsafe_promise_clamped(position, 0, table.dim(1).extent() - 1);
-                return cast<float>(table(v.pair, row));
+                const Expr last_row = table.dim(1).extent() - 1;
+                const Expr row = get_target().has_gpu_feature() ? clamp(position, 0, last_row)
+                                                                : unsafe_promise_clamped(position, 0, last_row);
+                return widen(table(v.pair, row));
             };
             Expr c = read(*cos_table_), s = read(*sin_table_);
             if (has_narrow_tables()) {
@@ -170,8 +243,8 @@ private:
         const Expr pairs = rotary_pairs(), offset = rotary_offset();
         const Expr lane_a = style == Style::Half ? offset + v.pair : offset + 2 * v.pair;
         const Expr lane_b = style == Style::Half ? offset + v.pair + pairs : offset + 2 * v.pair + 1;
-        const Expr x_a = cast<float>(x(lane_a, v.head, v.seq, v.batch));
-        const Expr x_b = cast<float>(x(lane_b, v.head, v.seq, v.batch));
+        const Expr x_a = widen(x(lane_a, v.head, v.seq, v.batch));
+        const Expr x_b = widen(x(lane_b, v.head, v.seq, v.batch));
 
         Func rotated_pairs(name + "_rotated_pairs");
         // Each tensor reads cos/sin through its own wrapper, which the schedule may place per task.
@@ -185,12 +258,7 @@ private:
         const std::vector<Var> rotated_args = style == Style::Half
                                                   ? std::vector<Var>{v.pair, v.half, v.head, v.seq, v.batch}
                                                   : std::vector<Var>{v.half, v.pair, v.head, v.seq, v.batch};
-        Expr stored = cast(dtype, value);
-        if (dtype == Float(16) && !get_target().has_feature(Target::F16C)) {
-            // Halide's software f32 -> f16 conversion (targets without F16C) turns NaN into Inf.
-            stored = select(is_nan(value), reinterpret(dtype, cast<uint16_t>(0x7e00)), stored);
-        }
-        (*out.rotated)(rotated_args) = stored;
+        (*out.rotated)(rotated_args) = narrow(value);
         (*out.lead)(v.lane, v.head, v.seq, v.batch) = x(v.lane, v.head, v.seq, v.batch);
         (*out.tail)(v.lane, v.head, v.seq, v.batch) = x(v.lane, v.head, v.seq, v.batch);
 
@@ -201,8 +269,8 @@ private:
     GeneratorInput<Buffer<int32_t, 2>> *positions_ = nullptr;
     GeneratorInput<Buffer<float, 2>> *cos_table_ = nullptr, *sin_table_ = nullptr;
     GeneratorInput<Buffer<>> *cos_table_narrow_ = nullptr, *sin_table_narrow_ = nullptr;
-    GeneratorInput<bool> *narrow_tables_ = nullptr;
-    GeneratorInput<int32_t> *position_step_ = nullptr, *rotary_offset_ = nullptr, *rotary_pairs_ = nullptr;
+    GeneratorInput<bool> *narrow_tables_ = nullptr, *positions_given_ = nullptr;
+    GeneratorInput<int32_t> *position_base_ = nullptr, *position_step_ = nullptr, *rotary_offset_ = nullptr, *rotary_pairs_ = nullptr;
     GeneratorInput<double> *base_ = nullptr;
     GeneratorInput<float> *attn_factor_ = nullptr, *sin_sign_ = nullptr;
     std::vector<TensorOutputs> outputs_;

@@ -94,4 +94,17 @@ Halide::Tuple rotate_pair(const Expr &x_a, const Expr &x_b, const Expr &c, const
     return {x_a * c - x_b * s, x_b * c + x_a * s};
 }
 
+Expr bf16_to_f32_bits(const Expr &x) {
+    return Halide::reinterpret<float>(cast<uint32_t>(Halide::reinterpret<uint16_t>(x)) << 16);
+}
+
+Expr f32_to_bf16_bits(const Expr &value) {
+    const Expr bits = Halide::reinterpret<uint32_t>(value);
+    auto u32 = [](uint32_t value) -> Expr { return Halide::Internal::UIntImm::make(Halide::UInt(32), value); };
+    const Expr rounded = (bits + (u32(0x7fff) + ((bits >> 16) & u32(1)))) >> 16;
+    const Expr is_nan = (bits & u32(0x7fffffff)) > u32(0x7f800000);
+    const Expr quiet_nan = (bits >> 16) | u32(0x40);
+    return Halide::reinterpret(Halide::BFloat(16), cast<uint16_t>(select(is_nan, quiet_nan, rounded)));
+}
+
 }  // namespace ropegen

@@ -26,4 +26,11 @@ std::pair<Halide::Expr, Halide::Expr> sin_cos(const Halide::Expr &angle);
 /// inverse direction (spec §3) is the same map with s negated by the caller.
 Halide::Tuple rotate_pair(const Halide::Expr &x_a, const Halide::Expr &x_b, const Halide::Expr &c, const Halide::Expr &s);
 
+/// A bfloat16 value widened to f32 exactly, through its bit pattern (its 16 high bits).
+Halide::Expr bf16_to_f32_bits(const Halide::Expr &x);
+
+/// An f32 value rounded to bfloat16 to nearest even through its bit pattern; NaN stays NaN (quiet,
+/// sign kept) and values past the largest bf16 become infinities, as a conversion would.
+Halide::Expr f32_to_bf16_bits(const Halide::Expr &value);
+
 }  // namespace ropegen

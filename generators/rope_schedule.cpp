@@ -2,6 +2,8 @@
 // CPU schedules for the RoPE pipeline (see rope_schedule.h).
 #include "rope_schedule.h"
 
+#include <algorithm>
+
 namespace ropegen {
 
 using Halide::Expr;
@@ -101,6 +103,76 @@ void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, con
             .split(tokens, token_tile, tokens, 64, kTail)
             .parallel(token_tile);
     }
+}
+
+
+void apply_gpu_schedule(std::vector<RotatedTensorFuncs> &tensors, Halide::Func cos_sin, const GpuSchedule &schedule,
+                        int fixed_pairs, const Expr &positions_given, const Expr &narrow_tables) {
+    const RopeVars v;
+    const Var token{"token"}, token_block{"token_block"}, token_in{"token_in"};
+    const Var pair_tile{"pair_tile"}, pair_thread{"pair_thread"}, pair_lane{"pair_lane"};
+    const Var head_tile{"head_tile"}, head_thread{"head_thread"};
+    // Without a fixed head_dim nothing is known about alignment, so vectors would be split into
+    // guarded scalar accesses (which spill): the any-head_dim kernel rotates one pair per thread.
+    const int lanes = fixed_pairs > 0 ? schedule.vector_pairs : 1;
+    const int pair_threads = fixed_pairs > 0 ? std::max(1, fixed_pairs / lanes) : schedule.pair_threads;
+    const int head_threads = std::max(1, schedule.threads_per_block / pair_threads);
+
+    Halide::Func &first = tensors.front().rotated;
+    for (RotatedTensorFuncs &funcs : tensors) {
+        Halide::Func &out = funcs.rotated;
+        const bool interleaved = out.args()[0].name() == v.half.name();
+        auto schedule_stage = [&](Stage stage) {
+            stage.split(v.pair, pair_thread, pair_lane, lanes, kTail);
+            if (fixed_pairs == 0) {
+                stage.split(pair_thread, pair_tile, pair_thread, pair_threads, kTail);
+            }
+            stage.split(v.head, head_tile, head_thread, head_threads, kTail)
+                .fuse(v.seq, v.batch, token)
+                .split(token, token_block, token_in, schedule.tokens_per_block, kTail);
+            // The interleaved style stores a pair's two lanes side by side: one dense vector of both.
+            if (interleaved) {
+                stage.reorder(v.half, pair_lane, pair_thread, head_thread).vectorize(v.half).vectorize(pair_lane);
+            } else {
+                stage.reorder(pair_lane, v.half, pair_thread, head_thread).vectorize(pair_lane).unroll(v.half);
+            }
+            if (fixed_pairs == 0) {
+                stage.reorder(pair_thread, head_thread, pair_tile, head_tile, token_in, token_block);
+            } else {
+                stage.reorder(pair_thread, head_thread, head_tile, token_in, token_block);
+            }
+            stage.gpu_blocks(token_block).gpu_threads(pair_thread, head_thread);
+        };
+        schedule_stage(out);
+        // Both lanes of a pair are loaded into registers before either is stored (in place).
+        funcs.rotated_pairs.compute_at(out, pair_thread).vectorize(v.pair);
+        if (&out != &first) {
+            out.compute_with(first, token_block);
+        }
+        // Pass-through lanes (partial rotary): blocks over tokens, so the grid is never empty even
+        // when the slice is.
+        for (Halide::Func *copy : {&funcs.lead, &funcs.tail}) {
+            const Var tokens{"tokens"}, lane_tile{"lane_tile"}, lane_thread{"lane_thread"};
+            copy->fuse(v.seq, v.batch, tokens)
+                .split(v.lane, lane_tile, lane_thread, 32, kTail)
+                .reorder(lane_thread, lane_tile, v.head, tokens)
+                .gpu_blocks(tokens)
+                .gpu_threads(lane_thread);
+        }
+    }
+    // cos/sin of a block's tokens, computed (or read from the cache) once into shared memory and
+    // read from there by every head of q and k. Each loop nest reads only the buffers its call
+    // passes: the positions table when there is one, and the pair of cos/sin tables that
+    // narrow_tables names (cache source of a 16-bit kernel).
+    cos_sin.compute_at(first, token_block);
+    std::vector<Expr> conditions{positions_given};
+    if (narrow_tables.defined()) {
+        conditions = {positions_given && narrow_tables, positions_given, narrow_tables};
+    }
+    for (const Expr &condition : conditions) {
+        cos_sin.specialize(condition).gpu_threads(v.pair);
+    }
+    cos_sin.gpu_threads(v.pair);
 }
 
 }  // namespace ropegen

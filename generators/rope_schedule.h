@@ -47,6 +47,21 @@ struct RotatedTensorFuncs {
     Halide::OutputImageParam output; ///< the rotated output's buffer, whose strides pick the layout
 };
 
+/// Knobs of the CUDA schedule: one thread block per token tile, a thread per pair vector and head.
+struct GpuSchedule {
+    int vector_pairs;       ///< pairs per thread (fixed head_dim): one 16-byte load of each lane of a pair
+    int threads_per_block;  ///< threads of a block, spread over the pair vectors of a head, then heads
+    int pair_threads;       ///< threads along a head's pairs when head_dim is only known at run time
+    int tokens_per_block;   ///< tokens of one block (cos/sin of each computed once, shared by every head)
+};
+
+/// Schedules q and k (in that order) as one CUDA kernel launch: blocks over token tiles, threads
+/// over (pair vector, head), k computed with q. `fixed_pairs` is P of a fixed head_dim kernel (0
+/// when head_dim comes at run time). Loop nests are specialized on `positions_given` and, when
+/// defined, `narrow_tables` (cache source of a 16-bit kernel), so each reads only what it uses.
+void apply_gpu_schedule(std::vector<RotatedTensorFuncs> &tensors, Halide::Func cos_sin, const GpuSchedule &schedule,
+                        int fixed_pairs, const Halide::Expr &positions_given, const Halide::Expr &narrow_tables);
+
 /// Schedules the cos/sin Func that q and k share (the Root placement); other placements are
 /// scheduled per tensor by apply_schedule.
 void schedule_shared_cos_sin(Halide::Func cos_sin, const RopeSchedule &schedule);

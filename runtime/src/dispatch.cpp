@@ -10,6 +10,7 @@
 #include <string>
 #include <system_error>
 
+#include "internal/cuda_device.h"
 #include "internal/enum_value.h"
 #include "internal/kernel_table.h"
 #include "internal/runtime_state.h"
@@ -58,7 +59,9 @@ struct Buffer {
 };
 
 // One slice of the call along the token and head axes: all of them, or a single index on the
-// axes whose strides do not fit Halide's int32 dimensions (tensors beyond 2^31 elements).
+// axes whose strides do not fit Halide's int32 dimensions (tensors beyond 2^31 elements) or, for
+// CUDA kernels (32-bit indexing), whose views would span 2^31 elements. Coordinates are local to
+// the slice (every min is 0); positions are shifted to match (position_base).
 struct Slice {
     int64_t begin[3];  // batch, seq, heads (heads only for q/k tensors)
     int64_t extent[3];
@@ -85,9 +88,8 @@ TensorViews make_views(const ValidCall &call, const rope_tensor &in, const rope_
     const int64_t heads = present ? (slice.extent[2] >= 0 ? slice.extent[2] : in.sizes[2]) : 0;
     auto outer_dims = [&](Buffer &b, const rope_tensor &t, int first) {
         b.set(first, 0, heads, heads > 1 ? t.strides[2] : 0);
-        // Token coordinates stay global (min = the slice's start) so positions line up.
-        b.set(first + 1, slice.begin[1], slice.extent[1], slice.extent[1] > 1 ? t.strides[1] : 0);
-        b.set(first + 2, slice.begin[0], slice.extent[0], slice.extent[0] > 1 ? t.strides[0] : 0);
+        b.set(first + 1, 0, slice.extent[1], slice.extent[1] > 1 ? t.strides[1] : 0);
+        b.set(first + 2, 0, slice.extent[0], slice.extent[0] > 1 ? t.strides[0] : 0);
     };
     const bool in_place = in.data == out.data;
     const int64_t offset = call.rotary_offset, tail_min = offset + call.rotary_dim;
@@ -115,12 +117,64 @@ bool stride_fits(const rope_tensor &t, int axis) {
     return t.sizes[axis] <= 1 || t.strides[axis] <= kMaxStride;
 }
 
-const KernelEntry *select_kernel(const ValidCall &call, rope_isa max_isa) {
+// The element span of `t` over the axes a slice keeps whole (and the lanes of one head).
+int64_t sliced_span(const rope_tensor &t, const bool slice_axis[3]) {
+    int64_t span = t.sizes[3] - 1;
+    for (int axis = 0; axis < 3; axis++) {
+        if (!slice_axis[axis] && t.sizes[axis] > 1) {
+            span += (t.sizes[axis] - 1) * t.strides[axis];
+        }
+    }
+    return span;
+}
+
+// True when a CUDA kernel that assumes whole 16-byte vectors (KernelEntry::vector_elements) may
+// serve the call: every tensor and table starts 16-byte aligned, every stride it steps by is a
+// whole number of vectors.
+bool vectors_aligned(const KernelEntry &kernel, const ValidCall &call) {
+    const int64_t vector = kernel.vector_elements;
+    if (vector == 0) {
+        return true;
+    }
+    auto aligned = [](const void *data) { return reinterpret_cast<uintptr_t>(data) % 16 == 0; };
+    const rope_params &p = call.params;
+    for (const rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
+        if (t->data == nullptr) {
+            continue;  // no k
+        }
+        if (!aligned(t->data)) {
+            return false;
+        }
+        for (int axis = 0; axis < 3; axis++) {
+            if (t->sizes[axis] > 1 && t->strides[axis] % vector != 0) {
+                return false;
+            }
+        }
+    }
+    if (p.angles.source != ROPE_SOURCE_CACHE) {
+        return true;
+    }
+    const int64_t row_stride = p.angles.cache_row_stride != 0 ? p.angles.cache_row_stride : call.rotary_dim / 2;
+    return aligned(p.angles.cos_cache) && aligned(p.angles.sin_cache) && (p.angles.cache_len == 1 || row_stride % vector == 0);
+}
+
+// Where a call runs: the CPU, or a CUDA device (its context and stream, in the call's context).
+struct Target {
+    rope_device device = ROPE_DEVICE_CPU;
+    rope_isa max_isa = ROPE_ISA_NONE;  // CPU
+    int capability = 0;                // CUDA
+};
+
+const KernelEntry *select_kernel(const ValidCall &call, const Target &target) {
     size_t count = 0;
-    const KernelEntry *table = kernel_table(&count);
+    const bool cuda = target.device == ROPE_DEVICE_CUDA;
+    const KernelEntry *table = cuda ? cuda_kernel_table(&count) : kernel_table(&count);
     for (size_t i = 0; i < count; i++) {
-        if (table[i].isa <= max_isa && kernel_matches(table[i], call.params)) {
-            return &table[i];
+        const KernelEntry &kernel = table[i];
+        const bool runs_here = cuda ? kernel.cuda_capability <= target.capability && vectors_aligned(kernel, call)
+                                    : kernel.isa <= target.max_isa;
+        if (runs_here && kernel_matches(kernel, call.params)) {
+            return &kernel;
         }
     }
     return nullptr;
@@ -194,10 +248,31 @@ std::string failure_message(const CallContext &context, const KernelEntry &kerne
     }
 }
 
-// Runs `kernel` over every slice of the call.
-rope_status run(const KernelEntry &kernel, const ValidCall &call, rope_report *report) {
+// Runs `kernel` over every slice of the call, on the CPU or, for a CUDA kernel, enqueued on the
+// stream of `cuda` (a CUDA call returns once its launches are enqueued).
+rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarget &cuda, rope_report *report) {
     const rope_params &p = call.params;
+    const bool on_device = kernel.cuda_capability != 0;
     const rope_tensor *tensors[] = {&p.q, &p.k, &p.q_out, &p.k_out};
+    const int64_t batch = p.q.sizes[0], seq = p.q.sizes[1];
+    if (batch == 0 || seq == 0 || (p.q.sizes[2] == 0 && (!call.has_k || p.k.sizes[2] == 0))) {
+        return finish(report, ROPE_OK, "");  // nothing to rotate: no scratch, no kernel
+    }
+
+    // Positions as an int32 [seq, batch] view: int64 tables are read through their low words
+    // (validation proved every position < 2^31, so the high words are zero). One scalar offset
+    // is no view at all: the kernel adds it (position_base) and reads no table.
+    const rope_positions &pos = p.positions;
+    const int64_t scale = pos.index_type == ROPE_INDEX_INT64 ? 2 : 1;
+    const bool table = pos.kind == ROPE_POSITIONS_TABLE;
+    const bool positions_given = table || pos.data != nullptr;
+    const int64_t pos_seq_stride = table ? pos.strides[1] * scale : 0;
+    const int64_t pos_batch_stride = positions_given ? pos.strides[0] * scale : 0;
+    const int32_t position_step = table ? 0 : 1;
+    const int64_t scalar_offset = positions_given ? 0 : pos.offset;
+
+    // Axes to slice: strides beyond Halide's int32 dimensions; for CUDA kernels (32-bit indexing)
+    // also spans of 2^31 elements or more, slicing batch, then seq, then heads until each fits.
     bool slice_axis[3] = {false, false, false};
     for (int t = 0; t < 4; t++) {
         if (t % 2 == 1 && !call.has_k) {
@@ -207,51 +282,55 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, rope_report *r
             slice_axis[axis] = slice_axis[axis] || !stride_fits(*tensors[t], axis);
         }
     }
-    const int64_t batch = p.q.sizes[0], seq = p.q.sizes[1];
-    if (batch == 0 || seq == 0 || (p.q.sizes[2] == 0 && (!call.has_k || p.k.sizes[2] == 0))) {
-        return finish(report, ROPE_OK, "");  // nothing to rotate: no scratch, no kernel
-    }
-
-    // Positions as an int32 [seq, batch] view: int64 tables are read through their low words
-    // (validation proved every position < 2^31, so the high words are zero).
-    const rope_positions &pos = p.positions;
-    const int64_t scale = pos.index_type == ROPE_INDEX_INT64 ? 2 : 1;
-    int32_t scalar_offset = static_cast<int32_t>(pos.offset);
-    const bool table = pos.kind == ROPE_POSITIONS_TABLE;
-    const bool scalar = !table && pos.data == nullptr;
-    void *pos_data = scalar ? static_cast<void *>(&scalar_offset) : const_cast<void *>(pos.data);
-    const int64_t pos_seq_stride = table ? pos.strides[1] * scale : 0;
-    const int64_t pos_batch_stride = scalar ? 0 : pos.strides[0] * scale;
-    const int32_t position_step = table ? 0 : 1;
-    // Halide's buffer strides are int32: a positions step beyond that is sliced away like a tensor's.
     slice_axis[0] = slice_axis[0] || pos_batch_stride > kMaxStride;
     slice_axis[1] = slice_axis[1] || pos_seq_stride > kMaxStride;
+    for (int axis = 0; on_device && axis < 3; axis++) {
+        bool fits = (slice_axis[0] || (batch - 1) * pos_batch_stride <= kMaxStride) &&
+                    (slice_axis[1] || (seq - 1) * pos_seq_stride <= kMaxStride);
+        for (int t = 0; t < 4; t++) {
+            fits = fits && ((t % 2 == 1 && !call.has_k) || sliced_span(*tensors[t], slice_axis) <= kMaxStride);
+        }
+        if (fits) {
+            break;
+        }
+        slice_axis[axis] = true;
+    }
 
     // cos/sin tables (cache source): the kernel reads the f32 pair or, for tables in the tensor
-    // dtype, the narrow pair; the other pair is a placeholder it never reads.
+    // dtype, the narrow pair; the other pair, and the positions of a scalar offset, are
+    // placeholders it never reads (on a device: device memory of the call, never dereferenced).
     const int64_t pairs = call.rotary_dim / 2;
     const bool cache = p.angles.source == ROPE_SOURCE_CACHE;
     const bool narrow = cache && p.angles.cache_dtype != ROPE_DTYPE_F32;
     const int64_t row_stride = p.angles.cache_row_stride != 0 ? p.angles.cache_row_stride : pairs;
     const int64_t rows = std::min<int64_t>(p.angles.cache_len, kMaxStride);
-    uint32_t unused_table = 0;
+    uint32_t host_placeholder = 0;
+    void *placeholder = &host_placeholder;
+    if (on_device) {
+        placeholder = p.q_out.data;  // a non-empty output: the early return above rules out both empty
+        if (p.q.sizes[2] == 0) {
+            placeholder = p.k_out.data;
+        }
+    }
     const halide_type_t f32 = halide_type_t(halide_type_float, 32), narrow_type = halide_type(p.q.dtype);
-    Buffer cos_table(cache && !narrow ? const_cast<void *>(p.angles.cos_cache) : &unused_table, f32, 2);
-    Buffer sin_table(cache && !narrow ? const_cast<void *>(p.angles.sin_cache) : &unused_table, f32, 2);
-    Buffer cos_narrow(narrow ? const_cast<void *>(p.angles.cos_cache) : &unused_table, narrow_type, 2);
-    Buffer sin_narrow(narrow ? const_cast<void *>(p.angles.sin_cache) : &unused_table, narrow_type, 2);
+    Buffer cos_table(cache && !narrow ? const_cast<void *>(p.angles.cos_cache) : placeholder, f32, 2);
+    Buffer sin_table(cache && !narrow ? const_cast<void *>(p.angles.sin_cache) : placeholder, f32, 2);
+    Buffer cos_narrow(narrow ? const_cast<void *>(p.angles.cos_cache) : placeholder, narrow_type, 2);
+    Buffer sin_narrow(narrow ? const_cast<void *>(p.angles.sin_cache) : placeholder, narrow_type, 2);
     for (Buffer *t : {&cos_table, &sin_table, &cos_narrow, &sin_narrow}) {
-        const bool used = t->raw.host != reinterpret_cast<uint8_t *>(&unused_table);
+        const bool used = t->raw.host != placeholder;
         t->set(0, 0, used ? pairs : 1, 1);
         t->set(1, 0, used ? rows : 1, used ? row_stride : 0);
     }
     const float sin_sign = p.direction == ROPE_INVERSE ? -1.0f : 1.0f;
-    // A call this small finishes before a second thread would wake: run it on the caller's.
+    // A CPU call this small finishes before a second thread would wake: run it on the caller's.
     const int64_t bytes_moved = 2 * (p.q.sizes[0] * p.q.sizes[1]) * (p.q.sizes[2] + (call.has_k ? p.k.sizes[2] : 0)) *
                                 call.head_dim * static_cast<int64_t>(halide_type(p.q.dtype).bytes());
     CallContext context(report, p.num_threads == 0 && bytes_moved < kSerialCallBytes ? 1 : p.num_threads);
+    context.cuda_context = cuda.context;
+    context.cuda_stream = cuda.stream;
     const int64_t slice_tokens = (slice_axis[0] ? 1 : batch) * (slice_axis[1] ? 1 : seq);
-    if (const size_t scratch = kernel_scratch_bytes(call, slice_tokens); !context.reserve_scratch(scratch)) {
+    if (const size_t scratch = on_device ? 0 : kernel_scratch_bytes(call, slice_tokens); !context.reserve_scratch(scratch)) {
         return finish(report, ROPE_ERR_INTERNAL,
                       "out of memory: could not reserve " + std::to_string(scratch) +
                           " bytes of cos/sin scratch for kernel " + kernel.name + "; no output was written");
@@ -269,16 +348,38 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, rope_report *r
                 TensorViews q = make_views(call, p.q, p.q_out, slice, q_present);
                 TensorViews k = call.has_k ? make_views(call, p.k, p.k_out, slice, k_present)
                                            : make_views(call, p.q, p.q_out, slice, false);
-                // Positions: global coordinates too, so offset + seq holds in every slice.
                 const int64_t pos_offset = slice.begin[0] * pos_batch_stride + slice.begin[1] * pos_seq_stride;
-                Buffer positions(static_cast<int32_t *>(pos_data) + pos_offset, halide_type_t(halide_type_int, 32), 2);
-                positions.set(0, slice.begin[1], slice.extent[1], slice.extent[1] > 1 ? pos_seq_stride : 0);
-                positions.set(1, slice.begin[0], slice.extent[0], slice.extent[0] > 1 ? pos_batch_stride : 0);
+                Buffer positions(positions_given ? const_cast<int32_t *>(static_cast<const int32_t *>(pos.data)) + pos_offset
+                                                 : placeholder,
+                                 halide_type_t(halide_type_int, 32), 2);
+                positions.set(0, 0, slice.extent[1], slice.extent[1] > 1 ? pos_seq_stride : 0);
+                positions.set(1, 0, slice.extent[0], slice.extent[0] > 1 ? pos_batch_stride : 0);
+                const auto position_base = static_cast<int32_t>(scalar_offset + slice.begin[1] * position_step);
+                halide_buffer_t *buffers[] = {&q.input.raw,    &k.input.raw,    &positions.raw,  &cos_table.raw,
+                                              &sin_table.raw,  &cos_narrow.raw, &sin_narrow.raw, &q.rotated.raw,
+                                              &q.lead.raw,     &q.tail.raw,     &k.rotated.raw,  &k.lead.raw,
+                                              &k.tail.raw};
+                int result = 0;
+#if ROPEGEN_CUDA
+                for (halide_buffer_t *buffer : buffers) {
+                    result = on_device && result == 0 ? attach_device_memory(&context, buffer) : result;
+                }
+#endif
                 context.reuse_scratch();  // the previous slice's kernel has returned
-                const int result = kernel.function(
-                    &context, &q.input.raw, &k.input.raw, &positions.raw, position_step, &cos_table.raw, &sin_table.raw,
-                    &cos_narrow.raw, &sin_narrow.raw, narrow, call.base, call.attn_factor, sin_sign, call.rotary_offset, static_cast<int32_t>(pairs), &q.rotated.raw,
-                    &q.lead.raw, &q.tail.raw, &k.rotated.raw, &k.lead.raw, &k.tail.raw);
+                if (result == 0) {
+                    result = kernel.function(&context, &q.input.raw, &k.input.raw, &positions.raw, positions_given,
+                                             position_base, position_step, &cos_table.raw, &sin_table.raw, &cos_narrow.raw,
+                                             &sin_narrow.raw, narrow, call.base, call.attn_factor, sin_sign,
+                                             call.rotary_offset, static_cast<int32_t>(pairs), &q.rotated.raw, &q.lead.raw,
+                                             &q.tail.raw, &k.rotated.raw, &k.lead.raw, &k.tail.raw);
+                }
+#if ROPEGEN_CUDA
+                for (halide_buffer_t *buffer : buffers) {
+                    if (on_device) {
+                        detach_device_memory(&context, buffer);
+                    }
+                }
+#endif
                 if (result == 0 && context.failure() != CallFailure::None) {
                     return finish(report, ROPE_ERR_INTERNAL, failure_message(context, kernel, b + s + h > 0));
                 }
@@ -288,12 +389,50 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, rope_report *r
                     if (report != nullptr && report->struct_size >= sizeof(rope_report) && report->message[0] != '\0') {
                         message += ": " + std::string(report->message);
                     }
-                    return finish(report, ROPE_ERR_INTERNAL, message);
+                    if (on_device && b + s + h > 0) {
+                        message += "; the launches for earlier slices of the call were enqueued";
+                    }
+                    return finish(report, on_device ? ROPE_ERR_DEVICE : ROPE_ERR_INTERNAL, message);
                 }
             }
         }
     }
     return finish(report, ROPE_OK, "");
+}
+
+// Where the call runs: the capped CPU level, or the CUDA device of the call's context and stream.
+rope_status resolve_target(const ValidCall &call, Target *target, CudaTarget *cuda, rope_report *report) {
+    target->device = call.params.device;
+    if (target->device == ROPE_DEVICE_CPU) {
+        target->max_isa = usable_isa();
+        return ROPE_OK;
+    }
+#if ROPEGEN_CUDA
+    std::string message;
+    if (const rope_status status = prepare_cuda_call(call, cuda, &message); status != ROPE_OK) {
+        return finish(report, status, message);
+    }
+    target->capability = cuda->capability;
+    return ROPE_OK;
+#else
+    (void)cuda;
+    return finish(report, ROPE_ERR_UNSUPPORTED,
+                  "device=ROPE_DEVICE_CUDA: this library was built without CUDA kernels (ROPEGEN_CUDA_LEVELS=none)");
+#endif
+}
+
+std::string no_kernel_message(const Target &target) {
+    if (target.device == ROPE_DEVICE_CUDA) {
+        return "no CUDA kernel built for this call runs on compute capability " + std::to_string(target.capability / 10) +
+               "." + std::to_string(target.capability % 10) + "; check ROPEGEN_CUDA_LEVELS/ROPEGEN_DTYPES of the build";
+    }
+    size_t level_count = 0;
+    const IsaLevel *levels = isa_levels(&level_count);
+    const std::string below_baseline =
+        std::string(" (the CPU lacks ") + levels[level_count - 1].name + ", this architecture's baseline)";
+    return std::string("no kernel built for this call runs at ISA level ") + isa_name(target.max_isa) +
+           (target.max_isa == ROPE_ISA_NONE ? below_baseline : "") +
+           "; check ROPEGEN_ISAS/ROPEGEN_DTYPES of the build and ROPE_MAX_ISA";
 }
 
 rope_status dispatch(const rope_params *params, rope_report *report, bool execute) {
@@ -302,20 +441,17 @@ rope_status dispatch(const rope_params *params, rope_report *report, bool execut
     if (status != ROPE_OK) {
         return status;
     }
-    const rope_isa isa = usable_isa();
-    const KernelEntry *kernel = select_kernel(call, isa);
+    Target target;
+    CudaTarget cuda;
+    if (status = resolve_target(call, &target, &cuda, report); status != ROPE_OK) {
+        return status;
+    }
+    const KernelEntry *kernel = select_kernel(call, target);
     if (kernel == nullptr) {
-        size_t level_count = 0;
-        const IsaLevel *levels = isa_levels(&level_count);
-        const std::string below_baseline =
-            std::string(" (the CPU lacks ") + levels[level_count - 1].name + ", this architecture's baseline)";
-        return finish(report, ROPE_ERR_UNSUPPORTED,
-                      std::string("no kernel built for this call runs at ISA level ") + isa_name(isa) +
-                          (isa == ROPE_ISA_NONE ? below_baseline : "") +
-                          "; check ROPEGEN_ISAS/ROPEGEN_DTYPES of the build and ROPE_MAX_ISA");
+        return finish(report, ROPE_ERR_UNSUPPORTED, no_kernel_message(target));
     }
     set_report_kernel(report, kernel->name);
-    return execute ? run(*kernel, call, report) : finish(report, ROPE_OK, "");
+    return execute ? run(*kernel, call, cuda, report) : finish(report, ROPE_OK, "");
 }
 
 }  // namespace
@@ -333,15 +469,27 @@ rope_status run_kernel(const KernelEntry &kernel, const rope_params *params, rop
     if (status != ROPE_OK) {
         return status;
     }
-    if (!kernel_matches(kernel, call.params)) {
+    const bool cuda_kernel = kernel.cuda_capability != 0;
+    if (!kernel_matches(kernel, call.params) || cuda_kernel != (call.params.device == ROPE_DEVICE_CUDA)) {
         return finish(report, ROPE_ERR_UNSUPPORTED, std::string("kernel ") + kernel.name + " does not serve this call");
     }
-    if (kernel.isa > detected_isa()) {
+    Target target;
+    CudaTarget cuda;
+    if (status = resolve_target(call, &target, &cuda, report); status != ROPE_OK) {
+        return status;
+    }
+    if (cuda_kernel && (kernel.cuda_capability > target.capability || !vectors_aligned(kernel, call))) {
+        return finish(report, ROPE_ERR_UNSUPPORTED, std::string("kernel ") + kernel.name + " needs compute capability " +
+                                                        std::to_string(kernel.cuda_capability) + " (the device has " +
+                                                        std::to_string(target.capability) +
+                                                        ") and 16-byte aligned data with strides in whole vectors");
+    }
+    if (!cuda_kernel && kernel.isa > detected_isa()) {
         return finish(report, ROPE_ERR_UNSUPPORTED, std::string("kernel ") + kernel.name + " needs " + isa_name(kernel.isa) +
                                                         "; this CPU supports " + isa_name(detected_isa()));
     }
     set_report_kernel(report, kernel.name);
-    return run(kernel, call, report);
+    return run(kernel, call, cuda, report);
 }
 
 }  // namespace ropegen
@@ -371,9 +519,17 @@ extern "C" const char *rope_status_string(rope_status status) {
     case ROPE_ERR_ABI_MISMATCH: return "ROPE_ERR_ABI_MISMATCH: struct_size or abi_version not understood";
     case ROPE_ERR_UNSUPPORTED: return "ROPE_ERR_UNSUPPORTED: no kernel built for this call runs on this CPU";
     case ROPE_ERR_INTERNAL: return "ROPE_ERR_INTERNAL: a generated kernel failed";
+    case ROPE_ERR_DEVICE: return "ROPE_ERR_DEVICE: the CUDA driver, device or context is missing or failed";
+    case ROPE_ERR_BAD_POINTER: return "ROPE_ERR_BAD_POINTER: a pointer is not device memory of the call's context or a view runs past its allocation";
     }
     return "unknown rope_status";
 }
+
+#if !ROPEGEN_CUDA
+extern "C" rope_status rope_cuda_release_context(void *) {
+    return ROPE_ERR_UNSUPPORTED;
+}
+#endif
 
 extern "C" const char *rope_version_string(void) {
     return ROPEGEN_VERSION;

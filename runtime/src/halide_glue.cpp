@@ -24,6 +24,7 @@
 #include <thread>
 #include <utility>
 
+#include "internal/cuda_device.h"
 #include "internal/kernel_table.h"
 #include "internal/runtime_state.h"
 #include "internal/tsan_annotations.h"
@@ -332,6 +333,9 @@ void ensure_initialized() {
         halide_set_custom_print(ignore_halide_print);
         install_allocator();
         halide_set_custom_do_par_for(do_par_for);
+#if ROPEGEN_CUDA
+        install_cuda_hooks();
+#endif
         init_isa_cap_from_environment();
         if (const char *threads = std::getenv("ROPE_NUM_THREADS")) {
             const int n = std::atoi(threads);

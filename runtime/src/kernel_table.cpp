@@ -10,8 +10,21 @@ namespace {
 
 const KernelEntry kKernels[] = {
 #define ROPE_KERNEL(name, isa, style, source, dtype, head_dim) {#name, isa, style, source, dtype, head_dim, &name},
+#define ROPE_CUDA_KERNEL(...)
 #include "kernels.inc"
 #undef ROPE_KERNEL
+#undef ROPE_CUDA_KERNEL
+};
+
+// Ends with an empty entry, so that a build without CUDA kernels still has an array.
+const KernelEntry kCudaKernels[] = {
+#define ROPE_KERNEL(...)
+#define ROPE_CUDA_KERNEL(name, capability, style, source, dtype, head_dim, vector_elements) \
+    {#name, ROPE_ISA_NONE, style, source, dtype, head_dim, &name, capability, vector_elements},
+#include "kernels.inc"
+#undef ROPE_KERNEL
+#undef ROPE_CUDA_KERNEL
+    {},
 };
 
 }  // namespace
@@ -19,6 +32,11 @@ const KernelEntry kKernels[] = {
 const KernelEntry *kernel_table(size_t *count) {
     *count = sizeof(kKernels) / sizeof(kKernels[0]);
     return kKernels;
+}
+
+const KernelEntry *cuda_kernel_table(size_t *count) {
+    *count = sizeof(kCudaKernels) / sizeof(kCudaKernels[0]) - 1;
+    return kCudaKernels;
 }
 
 }  // namespace ropegen

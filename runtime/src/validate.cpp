@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -17,6 +18,11 @@ namespace ropegen {
 namespace {
 
 constexpr int64_t kMaxPosition = std::numeric_limits<int32_t>::max();  // kernels index with int32
+
+// rope_params as ABI version 1 first shipped it: fields up to num_threads, padded to the struct's
+// 8-byte alignment. Its callers get the fields appended since (device, stream) as zeros.
+constexpr size_t kFirstParamsFields = offsetof(rope_params, device);
+constexpr uint32_t kFirstParamsSize = (kFirstParamsFields + alignof(rope_params) - 1) / alignof(rope_params) * alignof(rope_params);
 
 // Accumulates a message; `fail(status) << ...` reads like the rule it reports. The stream is
 // built only on failure: a valid call (the hot path) pays nothing for it.
@@ -190,9 +196,10 @@ void check_tensor(Failure &f, const char *name, const rope_tensor &t) {
     }
 }
 
-// Positions must lie in [0, limit) (spec §5); reads each table entry once.
+// Positions must lie in [0, limit) (spec §5); reads each table entry once. Positions in device
+// memory (`readable` false) are not read: the kernels clamp them (see rope_params.device).
 void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64_t seq, int64_t limit,
-                     const char *limit_rule) {
+                     const char *limit_rule, bool readable) {
     if (enum_value(pos.kind) != ROPE_POSITIONS_OFFSET && enum_value(pos.kind) != ROPE_POSITIONS_TABLE) {
         f.fail(ROPE_ERR_BAD_ENUM) << "positions.kind=" << enum_value(pos.kind) << " is not a rope_positions_kind (0 offset, 1 table)";
         return;
@@ -233,6 +240,9 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
             f.fail(ROPE_ERR_NULL_POINTER) << "positions.data is NULL; a position table needs [batch][seq] entries";
             return;
         }
+        if (!readable) {
+            return;
+        }
         for (int64_t b = 0; b < batch; b++) {
             for (int64_t s = 0; s < seq; s++) {
                 const int64_t value = read(b * pos.strides[0] + s * pos.strides[1]);
@@ -245,6 +255,9 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
     }
     // Offsets: the last position of a sequence is offset + seq - 1 (an offset beyond the limit is
     // reported as is, before the sum could overflow). One scalar offset speaks for every item.
+    if (pos.data != nullptr && !readable) {
+        return;
+    }
     const char *what = pos.data != nullptr ? "positions.data (offsets)" : "positions.offset";
     const int64_t items = pos.data != nullptr ? batch : 1;
     for (int64_t b = 0; b < items; b++) {
@@ -269,15 +282,20 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
                                       << ROPE_ABI_VERSION;
         return f.finish();
     }
-    if (user->struct_size != sizeof(rope_params)) {
-        // Version 1 knows one layout; a later version accepts older, smaller sizes here.
+    if (user->struct_size != sizeof(rope_params) && user->struct_size != kFirstParamsSize) {
         f.fail(ROPE_ERR_ABI_MISMATCH) << "params.struct_size=" << user->struct_size << " is not a rope_params size this library knows ("
-                                      << sizeof(rope_params) << ")";
+                                      << sizeof(rope_params) << ", or " << kFirstParamsSize << " before device and stream)";
         return f.finish();
     }
     std::memset(&call->params, 0, sizeof(call->params));
-    std::memcpy(&call->params, user, user->struct_size);
+    std::memcpy(&call->params, user, user->struct_size == kFirstParamsSize ? kFirstParamsFields : sizeof(rope_params));
     const rope_params &p = call->params;
+
+    if (enum_value(p.device) != ROPE_DEVICE_CPU && enum_value(p.device) != ROPE_DEVICE_CUDA) {
+        f.fail(ROPE_ERR_BAD_ENUM) << "device=" << enum_value(p.device) << " is not a rope_device (0 cpu, 1 cuda)";
+        return f.finish();
+    }
+    const bool on_device = p.device == ROPE_DEVICE_CUDA;
 
     if (enum_value(p.style) != ROPE_STYLE_HALF && enum_value(p.style) != ROPE_STYLE_INTERLEAVED) {
         f.fail(ROPE_ERR_BAD_ENUM) << "style=" << enum_value(p.style) << " is not a rope_style (0 half, 1 interleaved)";
@@ -419,11 +437,17 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
                                            << " elements overflows 64 bits";
             return f.finish();
         }
+        // CUDA kernels index the tables with 32 bits.
+        if (on_device && table_elements / static_cast<int64_t>(dtype_size(a.cache_dtype)) > kMaxPosition) {
+            f.fail(ROPE_ERR_UNSUPPORTED) << "angles.cache_len=" << a.cache_len << " x row stride " << row_stride
+                                         << " elements: with device=ROPE_DEVICE_CUDA a cos/sin table must hold fewer than 2^31 elements";
+            return f.finish();
+        }
         limit = std::min(a.cache_len, kMaxPosition + 1);
         cache_rule = "angles.cache_len=" + std::to_string(a.cache_len) + ", spec §5";
         limit_rule = cache_rule.c_str();
     }
-    check_positions(f, p.positions, p.q.sizes[0], p.q.sizes[1], limit, limit_rule);
+    check_positions(f, p.positions, p.q.sizes[0], p.q.sizes[1], limit, limit_rule, !on_device);
     if (f.failed()) {
         return f.finish();
     }

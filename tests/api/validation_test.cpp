@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -520,6 +521,23 @@ TEST_F(Validation, StructSizeTooSmall) {
     }
 }
 
+// A caller compiled before device and stream were appended passes the first layout's size; the
+// library reads no byte past num_threads (what lies there is padding to it) and runs on the CPU.
+TEST_F(Validation, FirstLayoutIsReadWithoutTheAppendedFields) {
+    rope_params p = valid();
+    p.struct_size = static_cast<uint32_t>((offsetof(rope_params, device) + 7) / 8 * 8);
+    store_raw(p.device, 7);
+    rope_report report = rope_report_init();
+    ASSERT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+    EXPECT_EQ(std::string(report.kernel).find("cuda"), std::string::npos) << report.kernel;
+}
+
+TEST_F(Validation, UnknownDevice) {
+    rope_params p = valid();
+    store_raw(p.device, 7);
+    expect_rejected(p, ROPE_ERR_BAD_ENUM, {"device", "7"});
+}
+
 TEST_F(Validation, UnknownAbiVersion) {
     for (uint32_t version : {uint32_t{0}, uint32_t{ROPE_ABI_VERSION + 1}}) {
         rope_params p = valid();
@@ -588,8 +606,10 @@ TEST(StatusStrings, EveryStatusHasItsName) {
                                  "ROPE_ERR_BAD_VALUE",
                                  "ROPE_ERR_ABI_MISMATCH",
                                  "ROPE_ERR_UNSUPPORTED",
-                                 "ROPE_ERR_INTERNAL"};
-    for (int status = ROPE_OK; status <= ROPE_ERR_INTERNAL; status++) {
+                                 "ROPE_ERR_INTERNAL",
+                                 "ROPE_ERR_DEVICE",
+                                 "ROPE_ERR_BAD_POINTER"};
+    for (int status = ROPE_OK; status <= ROPE_ERR_BAD_POINTER; status++) {
         const char *text = rope_status_string(static_cast<rope_status>(status));
         ASSERT_NE(text, nullptr);
         EXPECT_EQ(std::string(text).rfind(names[status], 0), 0u) << text;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <numeric>
 #include <sstream>
 
@@ -350,7 +351,10 @@ Verdict judge_validity(const FuzzCall &call) {
     const rope_params &p = call.params();
     // A struct of another size or version is not read any further.
     rules.require(p.abi_version == ROPE_ABI_VERSION, ROPE_ERR_ABI_MISMATCH, "abi_version=", p.abi_version);
-    rules.require(p.struct_size == sizeof(rope_params), ROPE_ERR_ABI_MISMATCH, "struct_size=", p.struct_size);
+    // Two layouts: today's, and the first (fields up to num_threads, padded to 8 bytes).
+    const size_t first_layout = (offsetof(rope_params, device) + 7) / 8 * 8;
+    rules.require(p.struct_size == sizeof(rope_params) || p.struct_size == first_layout, ROPE_ERR_ABI_MISMATCH,
+                  "struct_size=", p.struct_size);
     if (!verdict.valid()) {
         return verdict;
     }

@@ -169,7 +169,7 @@ uint32_t struct_size_of(const Pick &pick) {
     switch (code_of<StructSize>(pick)) {
         case StructSize::Zero: return 0;
         case StructSize::Eight: return 8;  // the header only
-        case StructSize::Shorter: return sizeof(rope_params) - 8;
+        case StructSize::Shorter: return sizeof(rope_params) - 4;  // no layout's size
         case StructSize::Longer: return sizeof(rope_params) + 8;
         case StructSize::Exact:
         case StructSize::Count: break;

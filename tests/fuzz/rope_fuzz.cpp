@@ -201,7 +201,7 @@ private:
     }
 
     void check_status(int32_t status, const ReportFields &report) const {
-        if (status < ROPE_OK || status > ROPE_ERR_INTERNAL) {
+        if (status < ROPE_OK || status > ROPE_ERR_BAD_POINTER) {
             fail("unknown status " + std::to_string(status));
         }
         const std::string got = status_name(status) + (report.present ? ", message \"" + report.message + "\"" : "");

@@ -3,14 +3,24 @@
 
 namespace ropegen::test {
 
-std::vector<const KernelEntry *> all_kernels() {
+namespace {
+std::vector<const KernelEntry *> entries_of(const KernelEntry *(*table_of)(size_t *)) {
     size_t count = 0;
-    const KernelEntry *table = kernel_table(&count);
+    const KernelEntry *table = table_of(&count);
     std::vector<const KernelEntry *> entries;
     for (size_t i = 0; i < count; i++) {
         entries.push_back(&table[i]);
     }
     return entries;
+}
+}  // namespace
+
+std::vector<const KernelEntry *> all_kernels() {
+    return entries_of(kernel_table);
+}
+
+std::vector<const KernelEntry *> all_cuda_kernels() {
+    return entries_of(cuda_kernel_table);
 }
 
 std::vector<rope_isa> isa_levels() {

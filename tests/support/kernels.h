@@ -12,8 +12,10 @@
 
 namespace ropegen::test {
 
-/// Every kernel the build emitted, in table order.
+/// Every CPU kernel the build emitted, in table order.
 std::vector<const KernelEntry *> all_kernels();
+/// Every CUDA kernel the build emitted (none without CUDA), in table order.
+std::vector<const KernelEntry *> all_cuda_kernels();
 /// This architecture's ISA levels, best first (ropegen::isa_levels).
 std::vector<rope_isa> isa_levels();
 /// The level a name (ROPE_MAX_ISA's spelling, "none" included) means; false when unknown.

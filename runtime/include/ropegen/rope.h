@@ -13,6 +13,8 @@
  *    the argument, its value and the rule into the caller's rope_report (when one is given) and
  *    leaves every output buffer untouched: all arguments are validated, positions included,
  *    before any kernel runs.
+ *  - CUDA calls (rope_params.device, below) run on the caller's context and stream, with the
+ *    caller's device pointers, and never synchronize.
  *  - rope_dispatch() is thread-safe and re-entrant. A computed-source call reserves its cos/sin
  *    scratch in one allocation before any kernel runs; if that fails, or a worker thread of the
  *    library's pool cannot start, the call returns ROPE_ERR_INTERNAL with every output untouched.
@@ -50,7 +52,11 @@ typedef enum rope_status {
     ROPE_ERR_ABI_MISMATCH = 12,     /**< struct_size or abi_version not understood */
     ROPE_ERR_UNSUPPORTED = 13,      /**< valid, but no kernel built for it runs on this CPU (or, from
                                          rope_set_max_isa, a level of another architecture) */
-    ROPE_ERR_INTERNAL = 14          /**< a generated kernel failed; the message has Halide's text */
+    ROPE_ERR_INTERNAL = 14,         /**< a generated kernel failed; the message has Halide's text */
+    ROPE_ERR_DEVICE = 15,           /**< CUDA: no driver, no device or context, or the driver failed
+                                         (a launch included); the message has CUDA's error name */
+    ROPE_ERR_BAD_POINTER = 16       /**< CUDA: a pointer is not device memory of the call's context,
+                                         or a view runs past its allocation */
 } rope_status;
 
 /** Rotation style (spec §2). */
@@ -106,6 +112,12 @@ typedef enum rope_isa {
                                    Neoverse N1/V1/V2, Graviton 2-4, Apple M1 and later, Cortex-A76+) */
 } rope_isa;
 
+/** Where a call's memory lives and its kernel runs. */
+typedef enum rope_device {
+    ROPE_DEVICE_CPU = 0,  /**< host memory, CPU kernels */
+    ROPE_DEVICE_CUDA = 1  /**< CUDA device memory, CUDA kernels (see rope_params.stream) */
+} rope_device;
+
 /**
  * A 4-D tensor view in logical axis order [batch, seq, heads, head_dim], whatever its memory
  * order: BSHD, BHSD, SBHD and views into packed QKV buffers are all expressed by `strides`
@@ -154,6 +166,24 @@ typedef struct rope_params {
     rope_positions positions;
     rope_angles angles;
     int32_t num_threads;      /**< 0: the library's thread count (see rope_set_num_threads); 1: the calling thread only */
+
+    /* Appended in ABI version 1's second layout; a caller compiled with the first (struct_size up
+       to num_threads) gets ROPE_DEVICE_CPU. */
+
+    /**
+     * ROPE_DEVICE_CUDA (libraries built with CUDA kernels): q, k, the outputs, positions.data and
+     * the cos/sin caches are device pointers of one CUDA context, the context of `stream`, or
+     * the calling thread's current context when `stream` is NULL. The kernel is enqueued on
+     * `stream` (NULL: that context's legacy default stream) and the call returns at once: it
+     * never synchronizes, never creates a context, never allocates or copies device memory, and
+     * num_threads is ignored. Validation is as for the CPU, and every view must lie inside one
+     * device allocation, except that positions in device memory are not read (that would
+     * synchronize): a position outside [0, cache_len) reads the nearest cache row, never memory
+     * outside the cache. The driver (libcuda.so.1) is loaded at the first CUDA call; without
+     * one the call returns ROPE_ERR_DEVICE.
+     */
+    rope_device device;
+    void *stream;             /**< CUDA: a CUstream / cudaStream_t, or NULL */
 } rope_params;
 
 /** A zero-initialised rope_params with its header set: `rope_params p = rope_params_init();` */
@@ -203,6 +233,14 @@ const char *rope_version_string(void);
 
 /** The ABI version the library was built with (ROPE_ABI_VERSION). */
 uint32_t rope_abi_version(void);
+
+/**
+ * Releases what the library holds for a CUDA context (its kernels, loaded the first time a call
+ * ran on that context). Call it before destroying a context that calls have run on, once their
+ * work has finished; a later call on the same context loads the kernels again.
+ * @return ROPE_OK; ROPE_ERR_UNSUPPORTED in a library built without CUDA kernels.
+ */
+rope_status rope_cuda_release_context(void *context);
 
 /**
  * Caps the instruction-set level the dispatcher may use (ROPE_ISA_NONE removes the cap).

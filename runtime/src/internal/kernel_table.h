@@ -15,7 +15,8 @@ namespace ropegen {
 
 /// The signature every generated kernel shares (see generators/rope_generator.cpp).
 using KernelFunction = int (*)(const void *user_context, halide_buffer_t *q, halide_buffer_t *k,
-                               halide_buffer_t *positions, int32_t position_step, halide_buffer_t *cos_table,
+                               halide_buffer_t *positions, bool positions_given, int32_t position_base,
+                               int32_t position_step, halide_buffer_t *cos_table,
                                halide_buffer_t *sin_table, halide_buffer_t *cos_table_narrow,
                                halide_buffer_t *sin_table_narrow, bool narrow_tables, double base, float attn_factor,
                                float sin_sign,
@@ -23,19 +24,25 @@ using KernelFunction = int (*)(const void *user_context, halide_buffer_t *q, hal
                                halide_buffer_t *q_lead, halide_buffer_t *q_tail, halide_buffer_t *k_rotated,
                                halide_buffer_t *k_lead, halide_buffer_t *k_tail);
 
-/// One generated kernel: what it computes (the key) and where it runs (isa).
+/// One generated kernel: what it computes (the key) and where it runs (isa, or a CUDA level).
 struct KernelEntry {
-    const char *name;  ///< e.g. ropegen_half_cache_d128_f32__avx512
-    rope_isa isa;
+    const char *name;  ///< e.g. ropegen_half_cache_d128_f32__avx512, ropegen_half_cache_d128_f32__cuda_sm86
+    rope_isa isa;      ///< CPU kernels; ROPE_ISA_NONE for CUDA kernels
     rope_style style;
     rope_source source;
     rope_dtype dtype;
     int head_dim;      ///< 0: any even head_dim
     KernelFunction function;
+    int cuda_capability = 0;  ///< CUDA kernels: the compute capability its PTX targets (80, 86); 0 for CPU kernels
+    int vector_elements = 0;  ///< CUDA kernels: > 0 when it needs 16-byte aligned data and strides in multiples of it
 };
 
-/// Every kernel the build emitted, best ISA first and, within an ISA, fixed head_dims first.
+/// Every CPU kernel the build emitted, best ISA first and, within an ISA, fixed head_dims first.
 const KernelEntry *kernel_table(size_t *count);
+
+/// Every CUDA kernel the build emitted (none without CUDA), newest capability first and, within
+/// one, fixed head_dims first.
+const KernelEntry *cuda_kernel_table(size_t *count);
 
 /// One instruction-set level of the architecture the library is built for.
 struct IsaLevel {
@@ -52,7 +59,8 @@ const char *isa_name(rope_isa isa);
 /// The best level this CPU (and its OS) supports, ignoring any cap.
 rope_isa detected_isa();
 
-/// True when `kernel` can serve `params` (same key) on this CPU; the cap is ignored.
+/// True when `kernel` computes what `params` asks (same key and head_dim); where it may run (CPU
+/// level, GPU, alignment) is not considered.
 bool kernel_matches(const KernelEntry &kernel, const rope_params &params);
 
 /// Validates `params` like rope_dispatch(), then runs `kernel` (which must match, else

@@ -33,6 +33,8 @@ struct CallContext {
 
     rope_report *report;  ///< may be null
     int num_threads;      ///< 0: the library's pool as configured; 1: the calling thread
+    void *cuda_context = nullptr;  ///< CUDA calls: the CUcontext the kernels run on
+    void *cuda_stream = nullptr;   ///< CUDA calls: the CUstream they are enqueued on
 
     /// Reserves `bytes` of scratch (through the allocator halide_malloc would use) that
     /// halide_malloc then hands out to this call's kernel; false if it cannot be allocated.

@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA side of rope_dispatch (see internal/cuda_device.h). The driver is opened at run time,
+// so the library links and runs on machines without one; the few driver types and functions
+// used here are declared locally (the driver's C ABI is stable), so building needs no toolkit.
+#include "internal/cuda_device.h"
+
+#include <HalideRuntime.h>
+#include <HalideRuntimeCuda.h>
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "internal/runtime_state.h"
+
+namespace ropegen {
+namespace cuda {
+namespace {
+
+using Result = int;  // CUresult
+using Device = int;  // CUdevice
+using DevicePointer = unsigned long long;  // CUdeviceptr
+constexpr Result kSuccess = 0;
+constexpr int kComputeCapabilityMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+constexpr int kComputeCapabilityMinor = 76;
+constexpr const char *kDriverLibrary = "libcuda.so.1";
+
+struct Driver {
+    void *library = nullptr;
+    std::string error;  // why the driver cannot be used
+    Result (*get_error_name)(Result, const char **) = nullptr;
+    Result (*ctx_get_current)(void **) = nullptr;
+    Result (*stream_get_ctx)(void *, void **) = nullptr;
+    Result (*ctx_push_current)(void *) = nullptr;
+    Result (*ctx_pop_current)(void **) = nullptr;
+    Result (*ctx_get_device)(Device *) = nullptr;
+    Result (*device_get_attribute)(int *, int, Device) = nullptr;
+    Result (*mem_get_address_range)(DevicePointer *, size_t *, DevicePointer) = nullptr;
+};
+
+template <typename Function>
+bool bind(Driver &driver, Function *function, const char *name) {
+    *function = reinterpret_cast<Function>(dlsym(driver.library, name));
+    if (*function == nullptr && driver.error.empty()) {
+        driver.error = std::string("the CUDA driver ") + kDriverLibrary + " lacks " + name;
+    }
+    return *function != nullptr;
+}
+
+const Driver &driver() {
+    static Driver loaded;
+    static std::once_flag once;
+    std::call_once(once, [] {
+        Driver &d = loaded;
+        d.library = dlopen(kDriverLibrary, RTLD_NOW | RTLD_LOCAL);
+        if (d.library == nullptr) {
+            const char *why = dlerror();
+            d.error = std::string("no CUDA driver: dlopen(") + kDriverLibrary + ") failed: " + (why ? why : "unknown error") +
+                      "; device=ROPE_DEVICE_CUDA needs the NVIDIA driver";
+            return;
+        }
+        Result (*init)(unsigned) = nullptr;
+        const bool complete = bind(d, &init, "cuInit") & bind(d, &d.get_error_name, "cuGetErrorName") &
+                              bind(d, &d.ctx_get_current, "cuCtxGetCurrent") & bind(d, &d.stream_get_ctx, "cuStreamGetCtx") &
+                              bind(d, &d.ctx_push_current, "cuCtxPushCurrent_v2") &
+                              bind(d, &d.ctx_pop_current, "cuCtxPopCurrent_v2") & bind(d, &d.ctx_get_device, "cuCtxGetDevice") &
+                              bind(d, &d.device_get_attribute, "cuDeviceGetAttribute") &
+                              bind(d, &d.mem_get_address_range, "cuMemGetAddressRange_v2");
+        if (!complete) {
+            return;
+        }
+        if (const Result result = init(0); result != kSuccess) {
+            d.error = "the CUDA driver could not initialise: cuInit failed with " + result_name(result);
+        }
+    });
+    return loaded;
+}
+
+}  // namespace
+
+void *driver_symbol(const char *name, std::string *error) {
+    const Driver &d = driver();
+    void *symbol = d.error.empty() ? dlsym(d.library, name) : nullptr;
+    if (symbol == nullptr && error != nullptr) {
+        *error = d.error.empty() ? std::string("the CUDA driver lacks ") + name : d.error;
+    }
+    return symbol;
+}
+
+std::string result_name(int result) {
+    const char *name = nullptr;
+    const Driver &d = driver();
+    if (d.get_error_name != nullptr && d.get_error_name(result, &name) == kSuccess && name != nullptr) {
+        return name;
+    }
+    return "CUDA error " + std::to_string(result);
+}
+
+}  // namespace cuda
+
+namespace {
+
+using cuda::result_name;
+
+// --- Halide CUDA runtime hooks ---------------------------------------------------------------------
+// Every kernel runs on the context and stream of its call. Outside a call (Halide releasing its
+// state at exit) there is no context, and none is ever created.
+int acquire_context(void *user_context, void **context, bool create) {
+    const auto *call = static_cast<const CallContext *>(user_context);
+    *context = call != nullptr ? call->cuda_context : nullptr;
+    if (*context == nullptr && create) {
+        return halide_error_code_device_interface_no_device;  // unreachable from rope_dispatch
+    }
+    return halide_error_code_success;
+}
+
+int release_context(void *) {
+    return halide_error_code_success;
+}
+
+int get_stream(void *user_context, void *, void **stream) {
+    const auto *call = static_cast<const CallContext *>(user_context);
+    *stream = call != nullptr ? call->cuda_stream : nullptr;
+    return halide_error_code_success;
+}
+
+// The byte range [first, last] a view covers; false when it has no element.
+bool view_bytes(const rope_tensor &t, uintptr_t *first, uintptr_t *last) {
+    int64_t span = 0;
+    for (int axis = 0; axis < 4; axis++) {
+        if (t.sizes[axis] == 0) {
+            return false;
+        }
+        span += (t.sizes[axis] - 1) * t.strides[axis];  // validated not to overflow
+    }
+    *first = reinterpret_cast<uintptr_t>(t.data);
+    *last = *first + static_cast<uintptr_t>((span + 1) * (t.dtype == ROPE_DTYPE_F32 ? 4 : 2)) - 1;
+    return true;
+}
+
+}  // namespace
+
+std::vector<MemoryRange> memory_ranges(const ValidCall &call) {
+    const rope_params &p = call.params;
+    std::vector<MemoryRange> ranges;
+    const struct {
+        const char *name;
+        const rope_tensor *tensor;
+        bool used;
+    } tensors[] = {{"q", &p.q, true}, {"k", &p.k, call.has_k}, {"q_out", &p.q_out, true}, {"k_out", &p.k_out, call.has_k}};
+    for (const auto &t : tensors) {
+        MemoryRange range{t.name, 0, 0};
+        if (t.used && view_bytes(*t.tensor, &range.first, &range.last)) {
+            ranges.push_back(range);
+        }
+    }
+    const int64_t batch = p.q.sizes[0], seq = p.q.sizes[1];
+    const rope_positions &pos = p.positions;
+    if (pos.data != nullptr && batch > 0 && seq > 0) {
+        const int64_t entry = pos.index_type == ROPE_INDEX_INT64 ? 8 : 4;
+        int64_t span = (batch - 1) * pos.strides[0];
+        if (pos.kind == ROPE_POSITIONS_TABLE) {
+            span += (seq - 1) * pos.strides[1];
+        }
+        const auto first = reinterpret_cast<uintptr_t>(pos.data);
+        ranges.push_back({"positions.data", first, first + static_cast<uintptr_t>((span + 1) * entry) - 1});
+    }
+    if (p.angles.source == ROPE_SOURCE_CACHE) {
+        const int64_t pairs = call.rotary_dim / 2;
+        const int64_t row_stride = p.angles.cache_row_stride != 0 ? p.angles.cache_row_stride : pairs;
+        const int64_t element = p.angles.cache_dtype == ROPE_DTYPE_F32 ? 4 : 2;
+        const int64_t bytes = ((p.angles.cache_len - 1) * row_stride + pairs) * element;
+        for (const auto &[name, table] : {std::pair{"angles.cos_cache", p.angles.cos_cache}, std::pair{"angles.sin_cache", p.angles.sin_cache}}) {
+            const auto first = reinterpret_cast<uintptr_t>(table);
+            ranges.push_back({name, first, first + static_cast<uintptr_t>(bytes) - 1});
+        }
+    }
+    return ranges;
+}
+
+namespace {
+
+// Runs `body` with `context` current on this thread, then restores the caller's.
+template <typename Body>
+cuda::Result with_context(const cuda::Driver &d, void *context, Body body) {
+    if (const cuda::Result pushed = d.ctx_push_current(context); pushed != cuda::kSuccess) {
+        return pushed;
+    }
+    const cuda::Result result = body();
+    void *popped = nullptr;
+    d.ctx_pop_current(&popped);
+    return result;
+}
+
+}  // namespace
+
+rope_status prepare_cuda_call(const ValidCall &call, CudaTarget *target, std::string *message) {
+    const cuda::Driver &d = cuda::driver();
+    if (!d.error.empty()) {
+        *message = d.error;
+        return ROPE_ERR_DEVICE;
+    }
+    std::ostringstream why;
+    target->stream = call.params.stream;
+    if (target->stream != nullptr) {
+        if (const cuda::Result r = d.stream_get_ctx(target->stream, &target->context); r != cuda::kSuccess) {
+            why << "params.stream=" << target->stream << " is not a CUDA stream the driver knows: cuStreamGetCtx failed with "
+                << result_name(r);
+            *message = why.str();
+            return ROPE_ERR_DEVICE;
+        }
+    } else if (const cuda::Result r = d.ctx_get_current(&target->context); r != cuda::kSuccess || target->context == nullptr) {
+        *message = "params.stream is NULL and no CUDA context is current on the calling thread (cuCtxGetCurrent: " +
+                   (r != cuda::kSuccess ? result_name(r) : std::string("none")) +
+                   "); make one current (cudaSetDevice, cuCtxSetCurrent) or pass a stream: the library never creates a context";
+        return ROPE_ERR_DEVICE;
+    }
+
+    int major = 0, minor = 0;
+    const std::vector<MemoryRange> ranges = memory_ranges(call);
+    const MemoryRange *bad_range = nullptr;
+    cuda::DevicePointer allocation = 0;
+    size_t allocation_size = 0;
+    cuda::Result range_result = cuda::kSuccess;
+    const cuda::Result r = with_context(d, target->context, [&] {
+        cuda::Device device = 0;
+        cuda::Result result = d.ctx_get_device(&device);
+        if (result == cuda::kSuccess) {
+            result = d.device_get_attribute(&major, cuda::kComputeCapabilityMajor, device);
+        }
+        if (result == cuda::kSuccess) {
+            result = d.device_get_attribute(&minor, cuda::kComputeCapabilityMinor, device);
+        }
+        for (const MemoryRange &range : ranges) {
+            if (result != cuda::kSuccess) {
+                break;
+            }
+            range_result = d.mem_get_address_range(&allocation, &allocation_size, range.first);
+            if (range_result != cuda::kSuccess || range.last >= allocation + allocation_size) {
+                bad_range = &range;
+                break;
+            }
+        }
+        return result;
+    });
+    if (r != cuda::kSuccess) {
+        why << "the device of the call's CUDA context (" << target->context << ") could not be queried: " << result_name(r);
+        *message = why.str();
+        return ROPE_ERR_DEVICE;
+    }
+    target->capability = major * 10 + minor;
+    if (bad_range != nullptr) {
+        why << bad_range->name << "=" << reinterpret_cast<void *>(bad_range->first);
+        if (range_result != cuda::kSuccess) {
+            why << " is not device memory of the call's CUDA context (cuMemGetAddressRange: " << result_name(range_result)
+                << "); with device=ROPE_DEVICE_CUDA every pointer is a device pointer";
+        } else {
+            why << ": the view's bytes [" << reinterpret_cast<void *>(bad_range->first) << ", "
+                << reinterpret_cast<void *>(bad_range->last) << "] run past the end of its allocation ("
+                << reinterpret_cast<void *>(allocation) << " + " << allocation_size << " bytes)";
+        }
+        *message = why.str();
+        return ROPE_ERR_BAD_POINTER;
+    }
+    return ROPE_OK;
+}
+
+int attach_device_memory(CallContext *context, halide_buffer_t *buffer) {
+    const auto address = reinterpret_cast<uint64_t>(buffer->host);
+    buffer->host = nullptr;
+    return halide_cuda_wrap_device_ptr(context, buffer, address);
+}
+
+void detach_device_memory(CallContext *context, halide_buffer_t *buffer) {
+    if (buffer->device != 0) {
+        halide_cuda_detach_device_ptr(context, buffer);
+    }
+}
+
+void install_cuda_hooks() {
+    halide_set_cuda_acquire_context(acquire_context);
+    halide_set_cuda_release_context(release_context);
+    halide_set_cuda_get_stream(get_stream);
+}
+
+}  // namespace ropegen
+
+// Halide's CUDA runtime finds driver functions through this (weak in the runtime): the same
+// driver library as the rest of the library, and never a second search of its own.
+extern "C" void *halide_cuda_get_symbol(void *, const char *name) {
+    return ropegen::cuda::driver_symbol(name);
+}
+
+extern "C" rope_status rope_cuda_release_context(void *context) {
+    ropegen::ensure_initialized();
+    if (context == nullptr || !ropegen::cuda::driver().error.empty()) {
+        return ROPE_OK;  // nothing was ever loaded on it
+    }
+    ropegen::CallContext call(nullptr, 1);
+    call.cuda_context = context;
+    halide_device_release(&call, halide_cuda_device_interface());
+    return ROPE_OK;
+}

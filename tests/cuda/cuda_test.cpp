@@ -1,0 +1,430 @@
+// SPDX-License-Identifier: Apache-2.0
+// CUDA calls of rope_dispatch. Without a driver: the call fails with ROPE_ERR_DEVICE and a clear
+// message, touching nothing. With a GPU: every CUDA kernel against the fp64 oracle (the cases of
+// the CPU suite, their buffers mirrored into device memory), the caller's own context and stream
+// (enqueued, never synchronized), and the pointer checks. Tests that need what this machine lacks
+// skip and say why.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "internal/cuda_device.h"
+#include "internal/validate.h"
+#include "support/kernels.h"
+#include "support/rope_case.h"
+
+namespace ropegen::test {
+namespace {
+
+using Result = int;                        // CUresult
+using DevicePointer = unsigned long long;  // CUdeviceptr
+constexpr Result kSuccess = 0;
+constexpr Result kNotReady = 600;          // CUDA_ERROR_NOT_READY
+constexpr unsigned kNonBlockingStream = 1;  // CU_STREAM_NON_BLOCKING
+
+/// The driver functions the tests use, from the driver the library loaded.
+struct Driver {
+    Result (*device_get_count)(int *);
+    Result (*device_get)(int *, int);
+    Result (*primary_ctx_retain)(void **, int);
+    Result (*ctx_create)(void **, unsigned, int);
+    Result (*ctx_destroy)(void *);
+    Result (*ctx_set_current)(void *);
+    Result (*ctx_get_current)(void **);
+    Result (*ctx_synchronize)();
+    Result (*mem_alloc)(DevicePointer *, size_t);
+    Result (*mem_free)(DevicePointer);
+    Result (*memcpy_htod)(DevicePointer, const void *, size_t);
+    Result (*memcpy_dtoh)(void *, DevicePointer, size_t);
+    Result (*stream_create)(void **, unsigned);
+    Result (*stream_destroy)(void *);
+    Result (*stream_synchronize)(void *);
+    Result (*stream_query)(void *);
+    Result (*launch_host_func)(void *, void (*)(void *), void *);
+};
+
+template <typename Function>
+bool bind(Function *function, const char *name, std::string *error) {
+    *function = reinterpret_cast<Function>(cuda::driver_symbol(name, error));
+    return *function != nullptr;
+}
+
+/// The driver and device 0's primary context (current on the calling thread), or why not.
+const Driver *gpu(std::string *why) {
+    static Driver d;
+    static std::string error;
+    static void *primary = nullptr;
+    static const bool ready = [] {
+        const bool bound =
+            bind(&d.device_get_count, "cuDeviceGetCount", &error) && bind(&d.device_get, "cuDeviceGet", &error) &&
+            bind(&d.primary_ctx_retain, "cuDevicePrimaryCtxRetain", &error) &&
+            bind(&d.ctx_create, "cuCtxCreate_v2", &error) && bind(&d.ctx_destroy, "cuCtxDestroy_v2", &error) &&
+            bind(&d.ctx_set_current, "cuCtxSetCurrent", &error) && bind(&d.ctx_get_current, "cuCtxGetCurrent", &error) &&
+            bind(&d.ctx_synchronize, "cuCtxSynchronize", &error) && bind(&d.mem_alloc, "cuMemAlloc_v2", &error) &&
+            bind(&d.mem_free, "cuMemFree_v2", &error) && bind(&d.memcpy_htod, "cuMemcpyHtoD_v2", &error) &&
+            bind(&d.memcpy_dtoh, "cuMemcpyDtoH_v2", &error) && bind(&d.stream_create, "cuStreamCreate", &error) &&
+            bind(&d.stream_destroy, "cuStreamDestroy_v2", &error) &&
+            bind(&d.stream_synchronize, "cuStreamSynchronize", &error) &&
+            bind(&d.stream_query, "cuStreamQuery", &error) && bind(&d.launch_host_func, "cuLaunchHostFunc", &error);
+        if (!bound) {
+            return false;
+        }
+        int count = 0, device = 0;
+        if (d.device_get_count(&count) != kSuccess || count == 0) {
+            error = "the CUDA driver sees no device";
+            return false;
+        }
+        if (const Result r = d.device_get(&device, 0); r != kSuccess || d.primary_ctx_retain(&primary, device) != kSuccess) {
+            error = "cannot retain device 0's primary context: " + cuda::result_name(r);
+            return false;
+        }
+        return true;
+    }();
+    if (!ready) {
+        *why = error;
+        return nullptr;
+    }
+    d.ctx_set_current(primary);
+    return &d;
+}
+
+#define ROPEGEN_SKIP_WITHOUT_GPU(driver)                                                     \
+    std::string ropegen_why_;                                                                \
+    const Driver *driver = gpu(&ropegen_why_);                                               \
+    if (driver == nullptr)                                                                   \
+    GTEST_SKIP() << "needs a CUDA GPU (" << ropegen_why_ << "); run the cuda label on a machine with one"
+
+#define ASSERT_CUDA(call) ASSERT_EQ((call), kSuccess) << #call
+
+/// Device memory the test owns.
+class DeviceBuffer {
+public:
+    DeviceBuffer(const Driver &d, size_t bytes) : d_(d) {
+        if (d_.mem_alloc(&address_, bytes) != kSuccess) {
+            address_ = 0;
+        }
+    }
+    ~DeviceBuffer() {
+        if (address_ != 0) {
+            d_.mem_free(address_);
+        }
+    }
+    DeviceBuffer(const DeviceBuffer &) = delete;
+    DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+    DevicePointer address() const {
+        return address_;
+    }
+
+private:
+    const Driver &d_;
+    DevicePointer address_ = 0;
+};
+
+/// Runs a call's host buffers on the GPU: every byte range the call touches (merged where views
+/// share memory: in place, packed QKV) is copied into a device allocation of its own, the call
+/// runs with the device addresses on `stream` (NULL: the current context's default stream), and
+/// every range is copied back, so that the CPU suite's checks judge the result.
+Runner device_runner(const Driver &d, const KernelEntry *kernel, void *stream = nullptr) {
+    return [&d, kernel, stream](const rope_params *host_params, rope_report *report) -> rope_status {
+        ValidCall call;
+        std::string message;
+        if (const rope_status status = validate(host_params, &call, &message); status != ROPE_OK) {
+            return kernel != nullptr ? run_kernel(*kernel, host_params, report) : rope_dispatch(host_params, report);
+        }
+        std::vector<MemoryRange> ranges = memory_ranges(call);
+        std::sort(ranges.begin(), ranges.end(), [](const MemoryRange &a, const MemoryRange &b) { return a.first < b.first; });
+        std::vector<MemoryRange> merged;
+        for (const MemoryRange &range : ranges) {
+            if (!merged.empty() && range.first <= merged.back().last) {
+                merged.back().last = std::max(merged.back().last, range.last);
+            } else {
+                merged.push_back(range);
+            }
+        }
+        std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+        for (const MemoryRange &range : merged) {
+            const size_t bytes = range.last - range.first + 1;
+            buffers.push_back(std::make_unique<DeviceBuffer>(d, bytes));
+            if (buffers.back()->address() == 0 ||
+                d.memcpy_htod(buffers.back()->address(), reinterpret_cast<const void *>(range.first), bytes) != kSuccess) {
+                ADD_FAILURE() << "could not mirror " << bytes << " bytes into device memory";
+                return ROPE_ERR_INTERNAL;
+            }
+        }
+        auto to_device = [&](const void *host) -> void * {
+            const auto address = reinterpret_cast<uintptr_t>(host);
+            for (size_t i = 0; i < merged.size(); i++) {
+                if (host != nullptr && merged[i].first <= address && address <= merged[i].last) {
+                    return reinterpret_cast<void *>(buffers[i]->address() + (address - merged[i].first));
+                }
+            }
+            return const_cast<void *>(host);  // not read by the call (an empty view, no table)
+        };
+        rope_params p = *host_params;
+        for (rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
+            t->data = to_device(t->data);
+        }
+        p.positions.data = to_device(p.positions.data);
+        p.angles.cos_cache = to_device(p.angles.cos_cache);
+        p.angles.sin_cache = to_device(p.angles.sin_cache);
+        p.device = ROPE_DEVICE_CUDA;
+        p.stream = stream;
+        const rope_status status = kernel != nullptr ? run_kernel(*kernel, &p, report) : rope_dispatch(&p, report);
+        EXPECT_EQ(stream != nullptr ? d.stream_synchronize(stream) : d.ctx_synchronize(), kSuccess);
+        for (size_t i = 0; i < merged.size(); i++) {
+            EXPECT_EQ(d.memcpy_dtoh(reinterpret_cast<void *>(merged[i].first), buffers[i]->address(),
+                                    merged[i].last - merged[i].first + 1),
+                      kSuccess);
+        }
+        return status;
+    };
+}
+
+// --- without a driver ------------------------------------------------------------------------------
+
+TEST(CudaWithoutDriver, CallReturnsDeviceErrorAndTouchesNothing) {
+    std::string why;
+    if (cuda::driver_symbol("cuInit", &why) != nullptr) {
+        GTEST_SKIP() << "a CUDA driver is installed here; the no-driver path is checked on machines without one";
+    }
+    CaseSpec spec;
+    spec.head_dim = 128;
+    RopeCall call(spec);
+    for (const bool query : {false, true}) {
+        rope_params p = call.params();
+        p.device = ROPE_DEVICE_CUDA;
+        rope_report report = rope_report_init();
+        EXPECT_EQ(query ? rope_query(&p, &report) : rope_dispatch(&p, &report), ROPE_ERR_DEVICE);
+        EXPECT_EQ(report.status, ROPE_ERR_DEVICE);
+        EXPECT_NE(std::string(report.message).find("libcuda.so.1"), std::string::npos) << report.message;
+        EXPECT_STREQ(report.kernel, "") << "no kernel is named when there is no device";
+    }
+    EXPECT_TRUE(call.check_all_unchanged());
+    EXPECT_EQ(rope_cuda_release_context(nullptr), ROPE_OK);
+}
+
+// --- every CUDA kernel against the oracle ----------------------------------------------------------
+
+class CudaKernelTest : public ::testing::TestWithParam<const KernelEntry *> {
+protected:
+    const KernelEntry &kernel() const {
+        return *GetParam();
+    }
+    /// This kernel's key at its head_dim (the any-head_dim kernel: 80, and a partial slice).
+    CaseSpec base_case() const {
+        CaseSpec c = kernel_case(kernel(), 80);
+        c.positions.scalar_offset = 5;
+        return c;
+    }
+};
+
+TEST_P(CudaKernelTest, MatchesOracle) {
+    ROPEGEN_SKIP_WITHOUT_GPU(d);
+    const Runner runner = device_runner(*d, &kernel());
+    std::vector<CaseSpec> cases;
+    for (const Layout layout : {Layout::BSHD, Layout::BHSD, Layout::SBHD}) {
+        CaseSpec c = base_case();
+        c.layout = layout;
+        c.positions = random_table(c, 0, 3000, ROPE_INDEX_INT32, 3);
+        cases.push_back(c);
+    }
+    CaseSpec inverse = base_case();
+    inverse.direction = ROPE_INVERSE;
+    inverse.positions.mode = PositionMode::BatchOffsets;
+    inverse.positions.values = {7, 40000};
+    cases.push_back(inverse);
+    CaseSpec in_place = base_case();
+    in_place.memory = Memory::PackedQkvInPlace;
+    in_place.q_heads = 8;
+    in_place.k_heads = 2;
+    in_place.positions = random_table(in_place, 0, 100, ROPE_INDEX_INT64, 5);
+    cases.push_back(in_place);
+    CaseSpec q_only = base_case();
+    q_only.k_heads = 0;
+    q_only.seq = 1;
+    q_only.batch = 7;
+    cases.push_back(q_only);
+    CaseSpec adversarial = base_case();
+    adversarial.fill = Fill::Adversarial;
+    cases.push_back(adversarial);
+    if (kernel().source == ROPE_SOURCE_CACHE && kernel().dtype != ROPE_DTYPE_F32) {
+        CaseSpec narrow = base_case();
+        narrow.cache_in_dtype = true;
+        cases.push_back(narrow);
+    }
+    if (kernel().head_dim == 0) {
+        CaseSpec partial = base_case();
+        partial.rotary_dim = 32;
+        partial.rotary_offset = 16;
+        cases.push_back(partial);
+    }
+    for (const CaseSpec &c : cases) {
+        expect_correct(c, runner, kernel().name);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(CudaKernels, CudaKernelTest, ::testing::ValuesIn(all_cuda_kernels()),
+                         [](const ::testing::TestParamInfo<const KernelEntry *> &info) { return std::string(info.param->name); });
+
+// --- the dispatcher on a GPU -------------------------------------------------------------------------
+
+TEST(CudaDispatch, PicksAVectorKernelForAlignedViewsAndTheAnyHeadDimKernelOtherwise) {
+    ROPEGEN_SKIP_WITHOUT_GPU(d);
+    CaseSpec aligned;
+    aligned.head_dim = 128;
+    aligned.dtype = ROPE_DTYPE_BF16;
+    RopeCall call(aligned);
+    ASSERT_EQ(call.run(device_runner(*d, nullptr)), ROPE_OK) << call.report().message;
+    EXPECT_NE(std::string(call.report().kernel).find("_d128_bf16__cuda_sm"), std::string::npos) << call.report().kernel;
+    EXPECT_TRUE(call.check_outputs());
+
+    CaseSpec padded = aligned;
+    padded.row_pad = 1;  // a head stride of 129 elements: no whole vectors
+    RopeCall unaligned(padded);
+    ASSERT_EQ(unaligned.run(device_runner(*d, nullptr)), ROPE_OK) << unaligned.report().message;
+    EXPECT_NE(std::string(unaligned.report().kernel).find("_dany_bf16__cuda_sm"), std::string::npos)
+        << unaligned.report().kernel;
+    EXPECT_TRUE(unaligned.check_outputs());
+}
+
+TEST(CudaDispatch, HostPointersAreRejected) {
+    ROPEGEN_SKIP_WITHOUT_GPU(d);
+    RopeCall call(CaseSpec{});
+    rope_params p = call.params();
+    p.device = ROPE_DEVICE_CUDA;
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_dispatch(&p, &report), ROPE_ERR_BAD_POINTER);
+    EXPECT_NE(std::string(report.message).find("q="), std::string::npos) << report.message;
+    EXPECT_TRUE(call.check_all_unchanged());
+}
+
+TEST(CudaDispatch, ViewsPastTheirAllocationAreRejected) {
+    ROPEGEN_SKIP_WITHOUT_GPU(d);
+    CaseSpec spec;
+    spec.k_heads = 0;
+    RopeCall call(spec);
+    rope_params p = call.params();
+    const size_t q_bytes = static_cast<size_t>(spec.batch * spec.seq * spec.q_heads * spec.head_dim) * 4;
+    DeviceBuffer q(*d, q_bytes - 4), q_out(*d, q_bytes);  // q is one element short
+    p.q.data = reinterpret_cast<void *>(q.address());
+    p.q_out.data = reinterpret_cast<void *>(q_out.address());
+    p.positions = rope_positions{};
+    p.angles.source = ROPE_SOURCE_PRECISE;
+    p.device = ROPE_DEVICE_CUDA;
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_dispatch(&p, &report), ROPE_ERR_BAD_POINTER);
+    EXPECT_NE(std::string(report.message).find("run past the end of its allocation"), std::string::npos) << report.message;
+}
+
+TEST(CudaDispatch, NoCurrentContextAndNoStreamIsAnError) {
+    ROPEGEN_SKIP_WITHOUT_GPU(d);
+    RopeCall call(CaseSpec{});
+    void *current = nullptr;
+    ASSERT_CUDA(d->ctx_get_current(&current));
+    ASSERT_CUDA(d->ctx_set_current(nullptr));
+    rope_params p = call.params();
+    p.device = ROPE_DEVICE_CUDA;
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_dispatch(&p, &report), ROPE_ERR_DEVICE);
+    EXPECT_NE(std::string(report.message).find("no CUDA context is current"), std::string::npos) << report.message;
+    void *after = nullptr;
+    ASSERT_CUDA(d->ctx_get_current(&after));
+    EXPECT_EQ(after, nullptr) << "the library must not create or make current a context of its own";
+    ASSERT_CUDA(d->ctx_set_current(current));
+}
+
+// A host function that holds its stream until the test opens the gate.
+struct Gate {
+    std::atomic<bool> open{false};
+    static void wait(void *gate) {
+        while (!static_cast<Gate *>(gate)->open.load()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    }
+};
+
+void expect_runs_on_stream(const Driver &driver, void *engine_context, void *stream);
+
+// An engine's own context (not the primary one) and its own non-blocking stream, held closed by a
+// host function: rope_dispatch must return at once (it never synchronizes), must not have run on
+// any other stream (the output is still untouched, read on the legacy stream, which does not wait
+// for a non-blocking one), and once the stream runs, the result is right.
+TEST(CudaDispatch, RunsOnTheCallersContextAndStreamWithoutSynchronizing) {
+    ROPEGEN_SKIP_WITHOUT_GPU(d);
+    void *primary = nullptr, *engine_context = nullptr, *stream = nullptr;
+    int device = 0;
+    ASSERT_CUDA(d->ctx_get_current(&primary));
+    ASSERT_CUDA(d->device_get(&device, 0));
+    ASSERT_CUDA(d->ctx_create(&engine_context, 0, device));  // also makes it current
+    ASSERT_CUDA(d->stream_create(&stream, kNonBlockingStream));
+
+    expect_runs_on_stream(*d, engine_context, stream);
+    EXPECT_EQ(rope_cuda_release_context(engine_context), ROPE_OK);
+    ASSERT_CUDA(d->stream_destroy(stream));
+    ASSERT_CUDA(d->ctx_destroy(engine_context));
+    ASSERT_CUDA(d->ctx_set_current(primary));
+}
+
+void expect_runs_on_stream(const Driver &driver, void *engine_context, void *stream) {
+    const Driver *d = &driver;
+    CaseSpec spec;
+    spec.head_dim = 128;
+    spec.batch = 4;
+    spec.seq = 64;
+    RopeCall call(spec);
+    const rope_params host = call.params();
+    const size_t q_bytes = static_cast<size_t>(spec.batch * spec.seq * spec.q_heads * 128) * 4;
+    const size_t k_bytes = static_cast<size_t>(spec.batch * spec.seq * spec.k_heads * 128) * 4;
+    DeviceBuffer q(*d, q_bytes), k(*d, k_bytes), q_out(*d, q_bytes), k_out(*d, k_bytes);
+    const size_t table_bytes = static_cast<size_t>(host.angles.cache_len * 64) * 4;
+    DeviceBuffer cos(*d, table_bytes), sin(*d, table_bytes);
+    ASSERT_EQ(host.positions.data, nullptr) << "one scalar offset: nothing to copy";
+    ASSERT_CUDA(d->memcpy_htod(q.address(), host.q.data, q_bytes));
+    ASSERT_CUDA(d->memcpy_htod(k.address(), host.k.data, k_bytes));
+    ASSERT_CUDA(d->memcpy_htod(q_out.address(), host.q_out.data, q_bytes));
+    ASSERT_CUDA(d->memcpy_htod(k_out.address(), host.k_out.data, k_bytes));
+    ASSERT_CUDA(d->memcpy_htod(cos.address(), host.angles.cos_cache, table_bytes));
+    ASSERT_CUDA(d->memcpy_htod(sin.address(), host.angles.sin_cache, table_bytes));
+
+    rope_params p = host;
+    p.q.data = reinterpret_cast<void *>(q.address());
+    p.k.data = reinterpret_cast<void *>(k.address());
+    p.q_out.data = reinterpret_cast<void *>(q_out.address());
+    p.k_out.data = reinterpret_cast<void *>(k_out.address());
+    p.angles.cos_cache = reinterpret_cast<void *>(cos.address());
+    p.angles.sin_cache = reinterpret_cast<void *>(sin.address());
+    p.device = ROPE_DEVICE_CUDA;
+    p.stream = stream;
+
+    Gate gate;
+    ASSERT_CUDA(d->launch_host_func(stream, Gate::wait, &gate));
+    rope_report report = rope_report_init();
+    const auto start = std::chrono::steady_clock::now();
+    const rope_status status = rope_dispatch(&p, &report);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(status, ROPE_OK) << report.message;
+    EXPECT_EQ(d->stream_query(stream), kNotReady) << "the stream is still held by the gate";
+    std::vector<uint8_t> untouched(q_bytes);
+    ASSERT_CUDA(d->memcpy_dtoh(untouched.data(), q_out.address(), q_bytes));
+    EXPECT_EQ(std::memcmp(untouched.data(), host.q_out.data, q_bytes), 0)
+        << "q_out changed before the caller's stream ran: the kernel ran on another stream";
+    void *current = nullptr;
+    ASSERT_CUDA(d->ctx_get_current(&current));
+    EXPECT_EQ(current, engine_context) << "the caller's current context must be left as it was";
+
+    gate.open.store(true);
+    ASSERT_CUDA(d->stream_synchronize(stream));
+    EXPECT_LT(seconds, 5.0) << "rope_dispatch waited for the stream";
+    ASSERT_CUDA(d->memcpy_dtoh(host.q_out.data, q_out.address(), q_bytes));
+    ASSERT_CUDA(d->memcpy_dtoh(host.k_out.data, k_out.address(), k_bytes));
+    EXPECT_TRUE(call.check_outputs());
+}
+
+}  // namespace
+}  // namespace ropegen::test

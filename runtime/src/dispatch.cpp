@@ -355,7 +355,7 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
                 positions.set(0, 0, slice.extent[1], slice.extent[1] > 1 ? pos_seq_stride : 0);
                 positions.set(1, 0, slice.extent[0], slice.extent[0] > 1 ? pos_batch_stride : 0);
                 const auto position_base = static_cast<int32_t>(scalar_offset + slice.begin[1] * position_step);
-                halide_buffer_t *buffers[] = {&q.input.raw,    &k.input.raw,    &positions.raw,  &cos_table.raw,
+                [[maybe_unused]] halide_buffer_t *buffers[] = {&q.input.raw,    &k.input.raw,    &positions.raw,  &cos_table.raw,
                                               &sin_table.raw,  &cos_narrow.raw, &sin_narrow.raw, &q.rotated.raw,
                                               &q.lead.raw,     &q.tail.raw,     &k.rotated.raw,  &k.lead.raw,
                                               &k.tail.raw};

@@ -59,7 +59,7 @@ public:
     LayoutParams sbhd{"sbhd", HeadLoop::InsideTokens};
     LayoutParams strided{"strided", HeadLoop::InsideTokens};
     GeneratorParam<int> gpu_threads_per_block{"gpu_threads_per_block", 256, 32, 1024};
-    GeneratorParam<int> gpu_pair_threads{"gpu_pair_threads", 16, 1, 1024};
+    GeneratorParam<int> gpu_pair_threads{"gpu_pair_threads", 32, 1, 1024};
     GeneratorParam<int> gpu_tokens_per_block{"gpu_tokens_per_block", 1, 1, 1024};
 
     void configure() {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// CPU schedules for the RoPE pipeline (see rope_schedule.h).
+// CPU and CUDA schedules for the RoPE pipeline (see rope_schedule.h).
 #include "rope_schedule.h"
 
 #include <algorithm>
@@ -105,7 +105,6 @@ void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, con
     }
 }
 
-
 void apply_gpu_schedule(std::vector<RotatedTensorFuncs> &tensors, Halide::Func cos_sin, const GpuSchedule &schedule,
                         int fixed_pairs, const Expr &positions_given, const Expr &narrow_tables) {
     const RopeVars v;
@@ -122,28 +121,25 @@ void apply_gpu_schedule(std::vector<RotatedTensorFuncs> &tensors, Halide::Func c
     for (RotatedTensorFuncs &funcs : tensors) {
         Halide::Func &out = funcs.rotated;
         const bool interleaved = out.args()[0].name() == v.half.name();
-        auto schedule_stage = [&](Stage stage) {
-            stage.split(v.pair, pair_thread, pair_lane, lanes, kTail);
-            if (fixed_pairs == 0) {
-                stage.split(pair_thread, pair_tile, pair_thread, pair_threads, kTail);
-            }
-            stage.split(v.head, head_tile, head_thread, head_threads, kTail)
-                .fuse(v.seq, v.batch, token)
-                .split(token, token_block, token_in, schedule.tokens_per_block, kTail);
-            // The interleaved style stores a pair's two lanes side by side: one dense vector of both.
-            if (interleaved) {
-                stage.reorder(v.half, pair_lane, pair_thread, head_thread).vectorize(v.half).vectorize(pair_lane);
-            } else {
-                stage.reorder(pair_lane, v.half, pair_thread, head_thread).vectorize(pair_lane).unroll(v.half);
-            }
-            if (fixed_pairs == 0) {
-                stage.reorder(pair_thread, head_thread, pair_tile, head_tile, token_in, token_block);
-            } else {
-                stage.reorder(pair_thread, head_thread, head_tile, token_in, token_block);
-            }
-            stage.gpu_blocks(token_block).gpu_threads(pair_thread, head_thread);
-        };
-        schedule_stage(out);
+        out.split(v.pair, pair_thread, pair_lane, lanes, kTail);
+        if (fixed_pairs == 0) {
+            out.split(pair_thread, pair_tile, pair_thread, pair_threads, kTail);
+        }
+        out.split(v.head, head_tile, head_thread, head_threads, kTail)
+            .fuse(v.seq, v.batch, token)
+            .split(token, token_block, token_in, schedule.tokens_per_block, kTail);
+        // The interleaved style stores a pair's two lanes side by side: one dense vector of both.
+        if (interleaved) {
+            out.reorder(v.half, pair_lane, pair_thread, head_thread).vectorize(v.half).vectorize(pair_lane);
+        } else {
+            out.reorder(pair_lane, v.half, pair_thread, head_thread).vectorize(pair_lane).unroll(v.half);
+        }
+        if (fixed_pairs == 0) {
+            out.reorder(pair_thread, head_thread, pair_tile, head_tile, token_in, token_block);
+        } else {
+            out.reorder(pair_thread, head_thread, head_tile, token_in, token_block);
+        }
+        out.gpu_blocks(token_block).gpu_threads(pair_thread, head_thread);
         // Both lanes of a pair are loaded into registers before either is stored (in place).
         funcs.rotated_pairs.compute_at(out, pair_thread).vectorize(v.pair);
         if (&out != &first) {

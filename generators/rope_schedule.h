@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// CPU schedules for the RoPE pipeline, kept apart from the algorithm. The knobs are the
+// CPU and CUDA schedules for the RoPE pipeline, kept apart from the algorithm. The knobs are the
 // generator's schedule GeneratorParams, whose values come from schedules/*.json at build time.
 #pragma once
 

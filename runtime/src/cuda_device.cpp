@@ -64,11 +64,11 @@ const Driver &driver() {
             return;
         }
         Result (*init)(unsigned) = nullptr;
-        const bool complete = bind(d, &init, "cuInit") & bind(d, &d.get_error_name, "cuGetErrorName") &
-                              bind(d, &d.ctx_get_current, "cuCtxGetCurrent") & bind(d, &d.stream_get_ctx, "cuStreamGetCtx") &
-                              bind(d, &d.ctx_push_current, "cuCtxPushCurrent_v2") &
-                              bind(d, &d.ctx_pop_current, "cuCtxPopCurrent_v2") & bind(d, &d.ctx_get_device, "cuCtxGetDevice") &
-                              bind(d, &d.device_get_attribute, "cuDeviceGetAttribute") &
+        const bool complete = bind(d, &init, "cuInit") && bind(d, &d.get_error_name, "cuGetErrorName") &&
+                              bind(d, &d.ctx_get_current, "cuCtxGetCurrent") && bind(d, &d.stream_get_ctx, "cuStreamGetCtx") &&
+                              bind(d, &d.ctx_push_current, "cuCtxPushCurrent_v2") &&
+                              bind(d, &d.ctx_pop_current, "cuCtxPopCurrent_v2") && bind(d, &d.ctx_get_device, "cuCtxGetDevice") &&
+                              bind(d, &d.device_get_attribute, "cuDeviceGetAttribute") &&
                               bind(d, &d.mem_get_address_range, "cuMemGetAddressRange_v2");
         if (!complete) {
             return;

@@ -3,7 +3,8 @@
 #   - Debian packages via apt-get, only when missing: compilers, GoogleTest, Google Benchmark, and
 #     for the hardening jobs clang with its sanitizer and libFuzzer runtimes, llvm (symbolizer) and
 #     qemu-user (the foreign-CPU runs and the aarch64 suite); the aarch64 cross compilers and
-#     GoogleTest's sources (built for aarch64 by the cross build);
+#     GoogleTest's sources (built for aarch64 by the cross build); PoCL, an OpenCL implementation
+#     on the CPU, which runs the GPU schedule where there is no GPU;
 #   - a Python virtual environment in .venv with pinned halide, cmake and ninja from PyPI.
 # A second run only checks and returns in seconds.
 set -euo pipefail
@@ -14,7 +15,7 @@ requirements="$root/cmake/requirements.txt"
 
 debian_packages=(g++ python3 python3-venv libgtest-dev libgmock-dev libbenchmark-dev
                  clang libclang-rt-14-dev llvm qemu-user
-                 g++-aarch64-linux-gnu googletest)
+                 g++-aarch64-linux-gnu googletest pocl-opencl-icd ocl-icd-libopencl1)
 missing=()
 for pkg in "${debian_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -45,6 +45,10 @@ bool isa_from_name(const std::string &name, rope_isa *isa) {
     return false;
 }
 
+Runner dispatch_runner() {
+    return [](const rope_params *params, rope_report *report) { return rope_dispatch(params, report); };
+}
+
 Runner kernel_runner(const KernelEntry &kernel) {
     return [&kernel](const rope_params *params, rope_report *report) { return run_kernel(kernel, params, report); };
 }

@@ -446,10 +446,6 @@ void expect_correct(const CaseSpec &spec, const Runner &runner, const char *kern
     EXPECT_TRUE(call.check_untouched_outside_outputs());
 }
 
-Runner dispatch_runner() {
-    return [](const rope_params *params, rope_report *report) { return rope_dispatch(params, report); };
-}
-
 PositionsSpec random_table(const CaseSpec &spec, int64_t low, int64_t high, rope_index_type index_type,
                            uint64_t seed) {
     PositionsSpec p;

@@ -170,7 +170,8 @@ private:
 /// when given, that report.kernel names `kernel`).
 void expect_correct(const CaseSpec &spec, const Runner &runner, const char *kernel = nullptr);
 
-/// The runner of the public entry point.
+/// The runner of the public entry point (support/kernels.cpp: the oracle and the calls it judges
+/// are built without the library, so that tests of other kernel builds can use them).
 Runner dispatch_runner();
 
 /// A CaseSpec of random positions in [low, high) for every token.

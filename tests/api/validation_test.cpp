@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "internal/enum_value.h"
 #include "support/kernels.h"
 #include "support/rope_case.h"
 
@@ -25,14 +26,6 @@ namespace {
         return ::testing::AssertionSuccess();
     }
     return ::testing::AssertionFailure() << "the message should name '" << name << "': \"" << message << "\"";
-}
-
-/// Stores an out-of-range value in an enum field the way a C caller can: through its int
-/// representation (in C++, creating such an enum value is undefined behaviour).
-template <typename Enum>
-void store_raw(Enum &field, int value) {
-    static_assert(sizeof(Enum) == sizeof(int), "C enums of this ABI are int-sized");
-    std::memcpy(&field, &value, sizeof(value));
 }
 
 constexpr int64_t kBatch = 2, kSeq = 3, kQHeads = 2, kKHeads = 1, kHeadDim = 64;

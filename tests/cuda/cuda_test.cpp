@@ -17,6 +17,7 @@
 #include "internal/cuda_device.h"
 #include "internal/validate.h"
 #include "support/kernels.h"
+#include "gpu_cases.h"
 #include "support/rope_case.h"
 
 namespace ropegen::test {
@@ -227,44 +228,7 @@ protected:
 TEST_P(CudaKernelTest, MatchesOracle) {
     ROPEGEN_SKIP_WITHOUT_GPU(d);
     const Runner runner = device_runner(*d, &kernel());
-    std::vector<CaseSpec> cases;
-    for (const Layout layout : {Layout::BSHD, Layout::BHSD, Layout::SBHD}) {
-        CaseSpec c = base_case();
-        c.layout = layout;
-        c.positions = random_table(c, 0, 3000, ROPE_INDEX_INT32, 3);
-        cases.push_back(c);
-    }
-    CaseSpec inverse = base_case();
-    inverse.direction = ROPE_INVERSE;
-    inverse.positions.mode = PositionMode::BatchOffsets;
-    inverse.positions.values = {7, 40000};
-    cases.push_back(inverse);
-    CaseSpec in_place = base_case();
-    in_place.memory = Memory::PackedQkvInPlace;
-    in_place.q_heads = 8;
-    in_place.k_heads = 2;
-    in_place.positions = random_table(in_place, 0, 100, ROPE_INDEX_INT64, 5);
-    cases.push_back(in_place);
-    CaseSpec q_only = base_case();
-    q_only.k_heads = 0;
-    q_only.seq = 1;
-    q_only.batch = 7;
-    cases.push_back(q_only);
-    CaseSpec adversarial = base_case();
-    adversarial.fill = Fill::Adversarial;
-    cases.push_back(adversarial);
-    if (kernel().source == ROPE_SOURCE_CACHE && kernel().dtype != ROPE_DTYPE_F32) {
-        CaseSpec narrow = base_case();
-        narrow.cache_in_dtype = true;
-        cases.push_back(narrow);
-    }
-    if (kernel().head_dim == 0) {
-        CaseSpec partial = base_case();
-        partial.rotary_dim = 32;
-        partial.rotary_offset = 16;
-        cases.push_back(partial);
-    }
-    for (const CaseSpec &c : cases) {
+    for (const CaseSpec &c : gpu_kernel_cases(base_case(), kernel().head_dim == 0)) {
         expect_correct(c, runner, kernel().name);
     }
 }
@@ -404,11 +368,10 @@ void expect_runs_on_stream(const Driver &driver, void *engine_context, void *str
 
     Gate gate;
     ASSERT_CUDA(d->launch_host_func(stream, Gate::wait, &gate));
+    // The gate opens only after rope_dispatch returns: a call that synchronized would never
+    // return (ctest's timeout then fails the test).
     rope_report report = rope_report_init();
-    const auto start = std::chrono::steady_clock::now();
-    const rope_status status = rope_dispatch(&p, &report);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    EXPECT_EQ(status, ROPE_OK) << report.message;
+    EXPECT_EQ(rope_dispatch(&p, &report), ROPE_OK) << report.message;
     EXPECT_EQ(d->stream_query(stream), kNotReady) << "the stream is still held by the gate";
     std::vector<uint8_t> untouched(q_bytes);
     ASSERT_CUDA(d->memcpy_dtoh(untouched.data(), q_out.address(), q_bytes));
@@ -420,7 +383,6 @@ void expect_runs_on_stream(const Driver &driver, void *engine_context, void *str
 
     gate.open.store(true);
     ASSERT_CUDA(d->stream_synchronize(stream));
-    EXPECT_LT(seconds, 5.0) << "rope_dispatch waited for the stream";
     ASSERT_CUDA(d->memcpy_dtoh(host.q_out.data, q_out.address(), q_bytes));
     ASSERT_CUDA(d->memcpy_dtoh(host.k_out.data, k_out.address(), k_bytes));
     EXPECT_TRUE(call.check_outputs());

@@ -18,6 +18,7 @@
 
 #include "internal/kernel_table.h"
 #include "opencl_kernel_headers.h"
+#include "gpu_cases.h"
 #include "support/rope_case.h"
 
 namespace ropegen::test {
@@ -220,33 +221,7 @@ protected:
 
 TEST_P(OpenclScheduleTest, MatchesOracle) {
     const Runner runner = opencl_runner(kernel());
-    std::vector<CaseSpec> cases;
-    for (const Layout layout : {Layout::BSHD, Layout::BHSD, Layout::SBHD}) {
-        CaseSpec c = base_case();
-        c.layout = layout;
-        c.positions = random_table(c, 0, 3000, ROPE_INDEX_INT64, 2);
-        cases.push_back(c);
-    }
-    CaseSpec offsets = base_case();
-    offsets.direction = ROPE_INVERSE;
-    offsets.positions.mode = PositionMode::BatchOffsets;
-    offsets.positions.values = {4, 70000};
-    cases.push_back(offsets);
-    CaseSpec q_only = base_case();
-    q_only.k_heads = 0;
-    q_only.batch = 3;
-    q_only.seq = 1;
-    cases.push_back(q_only);
-    CaseSpec adversarial = base_case();
-    adversarial.fill = Fill::Adversarial;
-    cases.push_back(adversarial);
-    if (kernel().head_dim == 0) {
-        CaseSpec partial = base_case();
-        partial.rotary_dim = 32;
-        partial.rotary_offset = 16;
-        cases.push_back(partial);
-    }
-    for (const CaseSpec &c : cases) {
+    for (const CaseSpec &c : gpu_kernel_cases(base_case(), kernel().head_dim == 0)) {
         expect_correct(c, runner);
     }
 }

@@ -128,20 +128,6 @@ int get_stream(void *user_context, void *, void **stream) {
     return halide_error_code_success;
 }
 
-// The byte range [first, last] a view covers; false when it has no element.
-bool view_bytes(const rope_tensor &t, uintptr_t *first, uintptr_t *last) {
-    int64_t span = 0;
-    for (int axis = 0; axis < 4; axis++) {
-        if (t.sizes[axis] == 0) {
-            return false;
-        }
-        span += (t.sizes[axis] - 1) * t.strides[axis];  // validated not to overflow
-    }
-    *first = reinterpret_cast<uintptr_t>(t.data);
-    *last = *first + static_cast<uintptr_t>((span + 1) * (t.dtype == ROPE_DTYPE_F32 ? 4 : 2)) - 1;
-    return true;
-}
-
 }  // namespace
 
 std::vector<MemoryRange> memory_ranges(const ValidCall &call) {
@@ -153,9 +139,9 @@ std::vector<MemoryRange> memory_ranges(const ValidCall &call) {
         bool used;
     } tensors[] = {{"q", &p.q, true}, {"k", &p.k, call.has_k}, {"q_out", &p.q_out, true}, {"k_out", &p.k_out, call.has_k}};
     for (const auto &t : tensors) {
-        MemoryRange range{t.name, 0, 0};
-        if (t.used && view_bytes(*t.tensor, &range.first, &range.last)) {
-            ranges.push_back(range);
+        const ByteRange range = byte_range(*t.tensor);
+        if (t.used && !range.empty) {
+            ranges.push_back({t.name, range.first, range.last});
         }
     }
     const int64_t batch = p.q.sizes[0], seq = p.q.sizes[1];

@@ -59,24 +59,6 @@ bool multiply_overflows(int64_t a, int64_t b, int64_t *product) {
     return __builtin_mul_overflow(a, b, product);
 }
 
-// [first, last] byte addresses a view can touch (an empty view touches nothing).
-struct ByteRange {
-    uintptr_t first, last;
-    bool empty;
-};
-
-ByteRange byte_range(const rope_tensor &t) {
-    int64_t span = 0;
-    for (int axis = 0; axis < 4; axis++) {
-        if (t.sizes[axis] == 0) {
-            return {0, 0, true};
-        }
-        span += (t.sizes[axis] - 1) * t.strides[axis];  // validated not to overflow
-    }
-    const auto first = reinterpret_cast<uintptr_t>(t.data);
-    return {first, first + static_cast<uintptr_t>((span + 1) * dtype_size(t.dtype)) - 1, false};
-}
-
 bool same_view(const rope_tensor &a, const rope_tensor &b) {
     return a.data == b.data && std::memcmp(a.sizes, b.sizes, sizeof(a.sizes)) == 0 &&
            std::memcmp(a.strides, b.strides, sizeof(a.strides)) == 0;
@@ -270,6 +252,18 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
 }
 
 }  // namespace
+
+ByteRange byte_range(const rope_tensor &t) {
+    int64_t span = 0;
+    for (int axis = 0; axis < 4; axis++) {
+        if (t.sizes[axis] == 0) {
+            return {0, 0, true};
+        }
+        span += (t.sizes[axis] - 1) * t.strides[axis];  // validated not to overflow
+    }
+    const auto first = reinterpret_cast<uintptr_t>(t.data);
+    return {first, first + static_cast<uintptr_t>((span + 1) * dtype_size(t.dtype)) - 1, false};
+}
 
 rope_status validate(const rope_params *user, ValidCall *call, std::string *message) {
     Failure f(message);

@@ -2,6 +2,7 @@
 // Argument validation of rope_dispatch(): every rule of the ABI, checked before any kernel runs.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "ropegen/rope.h"
@@ -17,6 +18,14 @@ struct ValidCall {
     double base;
     float attn_factor;
 };
+
+/// [first, last] byte addresses a view can touch (`empty`: it has no element and touches nothing).
+/// Only for views that passed validation (their spans do not overflow).
+struct ByteRange {
+    uintptr_t first, last;
+    bool empty;
+};
+ByteRange byte_range(const rope_tensor &t);
 
 /// Checks `params` against every rule; on failure returns the status and fills `message` with
 /// the argument, its value and the rule.

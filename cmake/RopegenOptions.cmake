@@ -39,5 +39,7 @@ else ()
 endif ()
 ropegen_option(ROPEGEN_DTYPES "Storage dtypes to generate kernels for" "f32;f16;bf16")
 ropegen_option(ROPEGEN_HEAD_DIMS "head_dims with specialized kernels (0 = the any-head_dim kernel, required)" "64;128;256;0")
+# The autotuner's schedules (schedules/README.md, "Tuned files").
+ropegen_option(ROPEGEN_TUNED_MACHINE "Tuned schedules (schedules/tuned/<target>/<machine>.json) to build with: host (this machine's, when tuned), none, or a machine name" "host")
 ropegen_option(ROPEGEN_SANITIZE "Sanitizers for the library, tests and demo (e.g. address;undefined, or thread)" "")
 ropegen_option(ROPEGEN_BUILD_FUZZERS "Build the libFuzzer harness (clang only)" OFF)

@@ -10,11 +10,15 @@ error that names the file, the entry and the rule, never a silent default), and 
   --out-inc    kernels.inc, one ROPE_KERNEL(...) line per CPU kernel, best ISA first and fixed
                head_dim before the any-head_dim kernel, then one ROPE_CUDA_KERNEL(...) line per CUDA
                kernel, newest compute capability first: the single list the kernel table expands.
-The same validation is importable (load_schedule_file) for tools such as an autotuner.
+With --tuned-machine, a family's tuned file <tuned-dir>/<family>/<machine>.json (the autotuner's,
+validated as strictly and refused when stale) adds one complete entry per kernel it tuned.
+The same validation (load_schedule_file, load_tuned_file) and the machine's name (host_machine)
+are importable for tools such as the autotuner.
 """
 import argparse
 import json
 import pathlib
+import re
 import sys
 
 SCHEDULE_FORMAT = "ropegen-schedule"
@@ -61,6 +65,11 @@ COS_SIN_AT = ("task", "inline", "root")
 CPU_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "layouts")
 GPU_KNOBS = ("vector_pairs", "gpu")
 GPU_GROUP_KNOBS = ("threads_per_block", "pair_threads", "tokens_per_block")
+# A tuned file's provenance (meta.tuned): all strings.
+TUNED_META_KEYS = ("machine", "cpu", "method", "halide", "ropegen", "date", "command")
+SLUG = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")  # a machine's name: a tuned file's stem
+VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
+DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
 class ScheduleError(Exception):
@@ -120,13 +129,17 @@ def _check_params(where, params, complete, gpu):
             _check_int(f"{where}.gpu.tokens_per_block", group["tokens_per_block"], 1, 1024)
 
 
-def load_schedule_file(path, target):
-    """Parses and validates one schedule file; returns its list of (match, params) entries."""
+def _load_entries(path, target, tuned):
+    """The checks of every schedule file: JSON, format, version, target, and each entry's keys,
+    match values and knobs. A default file's all-"*" entry sets every knob; in a tuned file every
+    entry names one kernel (no "*") and sets every knob, and meta is required. Returns the document
+    and its (where, match, params) entries."""
     try:
         doc = json.loads(pathlib.Path(path).read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise ScheduleError(f"{path}: cannot read a JSON schedule file: {err}")
-    _check_keys(str(path), doc, ("format", "version", "target", "kernels"), ("meta",))
+    top = ("format", "version", "target", "kernels")
+    _check_keys(str(path), doc, top + ("meta",) if tuned else top, () if tuned else ("meta",))
     if doc["format"] != SCHEDULE_FORMAT:
         raise ScheduleError(f"{path}: format {json.dumps(doc['format'])} must be \"{SCHEDULE_FORMAT}\"")
     if doc["version"] != SCHEDULE_VERSION:
@@ -142,15 +155,115 @@ def load_schedule_file(path, target):
         match = entry["match"]
         _check_keys(f"{where}.match", match, tuple(MATCH_KEYS))
         for key, allowed in MATCH_KEYS.items():
+            if match[key] == "*" and tuned:
+                raise ScheduleError(f"{where}.match.{key}: \"*\" is not allowed in a tuned file "
+                                    "(each entry names one kernel)")
             if match[key] != "*":
                 _check_choice(f"{where}.match.{key}", match[key], allowed)
-        is_default = all(value == "*" for value in match.values())
-        _check_params(f"{where}.params", entry["params"], complete=is_default, gpu=target.startswith("cuda-"))
+        complete = tuned or all(value == "*" for value in match.values())
+        _check_params(f"{where}.params", entry["params"], complete=complete, gpu=target.startswith("cuda-"))
         entries.append((where, match, entry["params"]))
+    return doc, entries
+
+
+def load_schedule_file(path, target):
+    """Parses and validates one default schedule file; returns its list of (where, match, params) entries."""
+    _, entries = _load_entries(path, target, tuned=False)
     defaults = [e for e in entries if all(v == "*" for v in e[1].values())]
     if len(defaults) != 1:
         raise ScheduleError(f"{path}: needs exactly one entry whose match is all \"*\" (the complete default), found {len(defaults)}")
     return entries
+
+
+def load_tuned_file(path, target, halide_version, ropegen_version):
+    """Parses and validates one tuned file, <tuned-dir>/<target>/<machine>.json; returns its list of
+    (where, match, params) entries, to be added to the default file's (they match one kernel each,
+    so they win). A stale file (made with another Halide, or another ropegen major.minor) is an
+    error like a malformed one, and every error says how to retune."""
+    return _load_tuned(pathlib.Path(path), target, halide_version, ropegen_version)[1]
+
+
+def _load_tuned(path, target, halide_version, ropegen_version):
+    """load_tuned_file, returning meta.tuned too."""
+    try:
+        doc, entries = _load_entries(path, target, tuned=True)
+        _check_keys(f"{path}: meta", doc["meta"], ("tuned",))
+        tuned = doc["meta"]["tuned"]
+        where = f"{path}: meta.tuned"
+        _check_keys(where, tuned, TUNED_META_KEYS)
+        for key in TUNED_META_KEYS:
+            if not isinstance(tuned[key], str) or not tuned[key]:
+                raise ScheduleError(f"{where}.{key}: {json.dumps(tuned[key])} must be a non-empty string")
+        for key, pattern, rule in (("machine", SLUG, "lower-case letters, digits and single inner '-'"),
+                                   ("halide", VERSION, "a version X.Y.Z"), ("ropegen", VERSION, "a version X.Y.Z"),
+                                   ("date", DATE, "a date YYYY-MM-DD")):
+            if not pattern.fullmatch(tuned[key]):
+                raise ScheduleError(f"{where}.{key}: {json.dumps(tuned[key])} must be {rule}")
+        if tuned["method"] != "measured" and not tuned["method"].startswith("modelled"):
+            raise ScheduleError(f"{where}.method: {json.dumps(tuned['method'])} must be \"measured\" or start with \"modelled\"")
+        if tuned["machine"] != path.stem:
+            raise ScheduleError(f"{where}.machine: {json.dumps(tuned['machine'])} must be the file's name, \"{path.stem}\"")
+        if path.parent.name != target:
+            raise ScheduleError(f"{path}: its directory \"{path.parent.name}\" must be named after its target, \"{target}\"")
+        first = {}
+        for index, (entry_where, match, _) in enumerate(entries):
+            key = tuple(match[k] for k in MATCH_KEYS)
+            if key in first:
+                raise ScheduleError(f"{entry_where}.match: {json.dumps(match)} is also the match of kernels[{first[key]}]; "
+                                    "a tuned file has one entry per kernel")
+            first[key] = index
+        if tuned["halide"] != halide_version:
+            raise ScheduleError(f"{path}: stale: tuned with Halide {tuned['halide']}, this build uses Halide {halide_version}")
+        if tuned["ropegen"].split(".")[:2] != ropegen_version.split(".")[:2]:
+            raise ScheduleError(f"{path}: stale: tuned with ropegen {tuned['ropegen']}, this is ropegen {ropegen_version} "
+                                "(another major.minor)")
+    except ScheduleError as err:
+        raise ScheduleError(f"{err}. A stale or malformed tuned file: retune with `python3 bench/tune/rope_tune.py --target "
+                            f"{target}` or configure with -DROPEGEN_TUNED_MACHINE=none") from None
+    return tuned, entries
+
+
+def host_machine(cpuinfo=None):
+    """This machine's identity, from /proc/cpuinfo (or the text of one): {"slug": the name of its
+    tuned files, lower-case letters, digits and '-'; "cpu": one line for people}. x86: the model
+    name without trademarks, clock, core count and the words CPU and Processor, then
+    f<family>m<model> ("amd-epyc-f25m17"); aarch64: implementer and part ("arm-0x41-0xd0c")."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = pathlib.Path("/proc/cpuinfo").read_text()
+        except OSError as err:
+            raise ScheduleError(f"cannot identify this machine: {err}; set ROPEGEN_TUNED_MACHINE to a machine or none")
+    fields = {}
+    logical = 0
+    for line in cpuinfo.splitlines():
+        name, colon, value = line.partition(":")
+        name = name.strip()
+        if colon:
+            fields.setdefault(name, value.strip())  # the first CPU's
+        if name == "processor":
+            logical += 1
+    cpus = f"{logical} logical CPU{'s' if logical != 1 else ''}"
+
+    def field(name):
+        if name not in fields:
+            raise ScheduleError(f"cannot identify this machine: /proc/cpuinfo has no \"{name}\"; "
+                                "set ROPEGEN_TUNED_MACHINE to a machine or none")
+        return fields[name]
+
+    if "CPU implementer" in fields:  # aarch64
+        implementer, part = field("CPU implementer").lower(), field("CPU part").lower()
+        return {"slug": _slug(f"arm {implementer} {part}"),
+                "cpu": f"ARM implementer {implementer} part {part} variant {field('CPU variant')} "
+                       f"revision {field('CPU revision')}, {cpus}"}
+    model_name, family, model = field("model name"), field("cpu family"), field("model")
+    words = re.sub(r"\((r|tm)\)|@.*|\b[0-9]+-core\b|\b(cpu|processor)\b", " ", model_name, flags=re.IGNORECASE)
+    return {"slug": _slug(f"{words} f{family}m{model}"),
+            "cpu": f"{field('vendor_id')} {model_name}, family {family} model {model} stepping {field('stepping')}, {cpus}"}
+
+
+def _slug(text):
+    """Lower case, every run of other characters than letters and digits one '-'."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
 def resolve(entries, key):
@@ -207,6 +320,13 @@ def main():
     parser.add_argument("--cuda", default="", help="';'-separated CUDA levels (sm86, sm80), all, or empty for none")
     parser.add_argument("--dtypes", default=";".join(DTYPES))
     parser.add_argument("--head-dims", default=";".join(map(str, HEAD_DIMS)))
+    parser.add_argument("--tuned-dir", type=pathlib.Path,
+                        help="tuned files, <dir>/<family>/<machine>.json (default: <schedules>/tuned)")
+    parser.add_argument("--tuned-machine", default="host",
+                        help="the machine whose tuned files to use: a name, host (this one's), or none")
+    parser.add_argument("--halide-version", required=True, help="the build's Halide (a file tuned with another is stale)")
+    parser.add_argument("--ropegen-version", required=True,
+                        help="ropegen's version (a file tuned for another major.minor is stale)")
     parser.add_argument("--out-cmake", required=True, type=pathlib.Path)
     parser.add_argument("--out-inc", required=True, type=pathlib.Path)
     args = parser.parse_args()
@@ -226,6 +346,11 @@ def main():
         head_dims = pick("ROPEGEN_HEAD_DIMS", args.head_dims, HEAD_DIMS, int)
         if 0 not in head_dims:
             raise ScheduleError("ROPEGEN_HEAD_DIMS must include 0 (the any-head_dim fallback kernel)")
+        machine = host_machine()["slug"] if args.tuned_machine == "host" else args.tuned_machine
+        if machine != "none" and not SLUG.fullmatch(machine):
+            raise ScheduleError(f"ROPEGEN_TUNED_MACHINE: {machine!r} must be host, none, or a machine's name "
+                                "(lower-case letters, digits and single inner '-')")
+        tuned_dir = args.tuned_dir or args.schedules / "tuned"
         host = RUNTIME_TARGETS[args.arch]
         # (level, schedule family, Halide target, features, kernels.inc line maker, CMake list), best first.
         levels = []
@@ -247,8 +372,21 @@ def main():
                      "// ROPE_CUDA_KERNEL(name, capability, style, source, dtype, head_dim, vector_elements):",
                      "// vector_elements > 0: the kernel needs 16-byte aligned data and strides in multiples of it."]
         names = {"ROPEGEN_KERNELS": [], "ROPEGEN_CUDA_KERNELS": []}
+        looked_for, used = [], []  # tuned files
+        reports = []  # per family: its tuned file or the defaults, for the configure log
         for level, family, halide_target, features, inc_line, list_name in levels:
             entries = load_schedule_file(args.schedules / f"{family}.json", family)
+            report = "defaults (tuned schedules off)"
+            if machine != "none":
+                tuned_path = tuned_dir / family / f"{machine}.json"
+                looked_for.append(tuned_path)
+                report = f"defaults (no tuned file for {machine})"
+                if tuned_path.exists():
+                    tuned, tuned_entries = _load_tuned(tuned_path, family, args.halide_version, args.ropegen_version)
+                    entries += tuned_entries
+                    used.append(tuned_path)
+                    report = f"tuned schedule {tuned_path} ({tuned['method']}, {tuned['date']})"
+            reports.append(f"    message(STATUS {_cmake_string(f'ropegen: {family}: {report}')})")
             for head_dim in head_dims:
                 for style in STYLES:
                     for dtype in dtypes:
@@ -263,10 +401,18 @@ def main():
                             cmake_lines.append(f"set(ROPEGEN_KERNEL_{name}_FEATURES {' '.join(features)})")
                             cmake_lines.append(f"set(ROPEGEN_KERNEL_{name}_PARAMS {all_params})")
                             inc_lines.append(inc_line(name, key, params))
+        if args.tuned_machine not in ("host", "none") and not used:
+            raise ScheduleError(f"ROPEGEN_TUNED_MACHINE={machine}: no tuned file for the families built; looked for "
+                                f"{', '.join(map(str, looked_for))}")
         runtime_target = host + ("-cuda" if cuda_levels else "")
         cmake_lines.insert(1, f"set(ROPEGEN_HALIDE_RUNTIME_TARGET {runtime_target})")
         for list_name, list_names in reversed(names.items()):
             cmake_lines.insert(1, f"set({list_name}" + "".join(f"\n    {n}" for n in list_names) + ")")
+        # The configure log says once which schedules were used (tests/cuda includes this script too).
+        cmake_lines[1:1] = ["get_property(ropegen_schedules_reported GLOBAL PROPERTY ROPEGEN_SCHEDULES_REPORTED)",
+                            "if (NOT ropegen_schedules_reported)",
+                            "    set_property(GLOBAL PROPERTY ROPEGEN_SCHEDULES_REPORTED ON)",
+                            *reports, "endif ()"]
     except ScheduleError as err:
         print(f"ropegen schedule error: {err}", file=sys.stderr)
         return 1
@@ -276,6 +422,11 @@ def main():
         if not path.exists() or path.read_text() != text:  # keep timestamps stable for the build
             path.write_text(text)
     return 0
+
+
+def _cmake_string(text):
+    """text as a quoted CMake argument."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
 
 
 def _key_args(key):

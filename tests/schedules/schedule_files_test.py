@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""The build's schedule files (cmake/ropegen_kernels.py): every default file loads and resolves
+every kernel; a tuned file's entries win, and each rule a tuned file can break (malformed, stale,
+misplaced) is a configure error that names the file, the field, the value and the rule; the
+configure-time CLI uses, ignores or refuses tuned files as ROPEGEN_TUNED_MACHINE says; and
+host_machine() names the machine.
+
+Run by ctest (schedules.TunedFiles), or directly: python3 tests/schedules/schedule_files_test.py
+"""
+import copy
+import itertools
+import json
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "cmake" / "ropegen_kernels.py"
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, str(SCRIPT.parent))
+import ropegen_kernels as rk  # noqa: E402 (found through the path above)
+
+HALIDE = "21.0.0"
+ROPEGEN = "0.1.0"
+MACHINE = "test-box-f1m2"
+TARGET = "x86-64-avx512"
+RETUNE = f"retune with `python3 bench/tune/rope_tune.py --target {TARGET}` or configure with -DROPEGEN_TUNED_MACHINE=none"
+KEY = {"style": "half", "head_dim": 128, "dtype": "f32", "source": "cache"}
+CPU_PARAMS = {"vector_pairs": 8, "unroll_pairs": 4, "cos_sin_at": "task",
+              "layouts": {layout: {"tokens_per_task": 32, "head_loop": "outside_tokens"} for layout in rk.LAYOUTS}}
+GPU_PARAMS = {"vector_pairs": 2, "gpu": {"threads_per_block": 128, "pair_threads": 64, "tokens_per_block": 4}}
+
+
+def tuned_doc(target=TARGET, params=CPU_PARAMS):
+    """A valid tuned file of one entry (KEY) for MACHINE."""
+    return {
+        "format": "ropegen-schedule",
+        "version": 1,
+        "target": target,
+        "meta": {"tuned": {"machine": MACHINE, "cpu": "Test CPU, family 1 model 2 stepping 0, 2 logical CPUs",
+                           "method": "measured", "halide": HALIDE, "ropegen": ROPEGEN, "date": "2026-11-21",
+                           "command": f"bench/tune/rope_tune.py --target {target}"}},
+        "kernels": [{"match": dict(KEY), "params": copy.deepcopy(params), "measured": {"gbps": 1.0}}],
+    }
+
+
+class TunedFileTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.tuned_dir = pathlib.Path(self.tmp.name) / "tuned"
+
+    def write(self, doc, directory=TARGET, machine=MACHINE):
+        path = self.tuned_dir / directory / f"{machine}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(doc if isinstance(doc, str) else json.dumps(doc, indent=2))
+        return path
+
+    def assert_rejected(self, path, *fragments, halide=HALIDE, ropegen=ROPEGEN):
+        with self.assertRaises(rk.ScheduleError) as caught:
+            rk.load_tuned_file(path, TARGET, halide, ropegen)
+        message = str(caught.exception)
+        for fragment in (str(path), *fragments, RETUNE):
+            self.assertIn(fragment, message)
+
+    def test_valid_file_wins(self):
+        entries = rk.load_schedule_file(REPO / "schedules" / f"{TARGET}.json", TARGET)
+        default = rk.resolve(entries, KEY)
+        entries += rk.load_tuned_file(self.write(tuned_doc()), TARGET, HALIDE, ROPEGEN)
+        self.assertEqual(rk.resolve(entries, KEY), CPU_PARAMS)
+        self.assertNotEqual(default, CPU_PARAMS)
+        other = dict(KEY, dtype="bf16")
+        self.assertEqual(rk.resolve(entries, other)["vector_pairs"], default["vector_pairs"])
+
+    def test_valid_gpu_file_wins(self):
+        path = self.write(tuned_doc("cuda-sm86", GPU_PARAMS), directory="cuda-sm86")
+        entries = rk.load_schedule_file(REPO / "schedules" / "cuda-sm86.json", "cuda-sm86")
+        entries += rk.load_tuned_file(path, "cuda-sm86", HALIDE, ROPEGEN)
+        resolved = rk.resolve(entries, KEY)
+        self.assertEqual((resolved["vector_pairs"], resolved["gpu"]), (GPU_PARAMS["vector_pairs"], GPU_PARAMS["gpu"]))
+
+    def test_other_patch_version_is_not_stale(self):
+        rk.load_tuned_file(self.write(tuned_doc()), TARGET, HALIDE, "0.1.7")
+
+    def test_bad_json(self):
+        self.assert_rejected(self.write('{"format": "ropegen-schedule",'), "cannot read a JSON schedule file")
+
+    def test_unknown_key(self):
+        doc = tuned_doc()
+        doc["kernels"][0]["params"]["vector_width"] = 8
+        self.assert_rejected(self.write(doc), "kernels[0].params: unknown key(s) ['vector_width']")
+
+    def test_wildcard_match(self):
+        doc = tuned_doc()
+        doc["kernels"][0]["match"]["head_dim"] = "*"
+        self.assert_rejected(self.write(doc), 'kernels[0].match.head_dim: "*" is not allowed in a tuned file')
+
+    def test_incomplete_params(self):
+        doc = tuned_doc()
+        del doc["kernels"][0]["params"]["layouts"]["sbhd"]["head_loop"]
+        self.assert_rejected(self.write(doc), "kernels[0].params.layouts.sbhd: missing key(s) ['head_loop']",
+                             "stale or malformed")
+        del doc["kernels"][0]["params"]["unroll_pairs"]
+        self.assert_rejected(self.write(doc), "kernels[0].params: missing key(s) ['unroll_pairs']")
+
+    def test_out_of_range_knob(self):
+        doc = tuned_doc()
+        doc["kernels"][0]["params"]["unroll_pairs"] = 17
+        self.assert_rejected(self.write(doc), "kernels[0].params.unroll_pairs: 17 must be an integer in [1, 16]")
+        doc = tuned_doc("cuda-sm86", GPU_PARAMS)
+        doc["kernels"][0]["params"]["gpu"]["threads_per_block"] = 96
+        path = self.write(doc, directory="cuda-sm86")
+        rule = "kernels[0].params.gpu.threads_per_block: 96 must be a power of two"
+        with self.assertRaisesRegex(rk.ScheduleError, re.escape(rule)):
+            rk.load_tuned_file(path, "cuda-sm86", HALIDE, ROPEGEN)
+
+    def test_duplicate_key(self):
+        doc = tuned_doc()
+        doc["kernels"].append(copy.deepcopy(doc["kernels"][0]))
+        self.assert_rejected(self.write(doc), "kernels[1].match:", "is also the match of kernels[0]",
+                             "one entry per kernel")
+
+    def test_machine_must_be_the_file_name(self):
+        self.assert_rejected(self.write(tuned_doc(), machine="other-box"),
+                             f'meta.tuned.machine: "{MACHINE}" must be the file\'s name, "other-box"')
+
+    def test_directory_must_be_the_target(self):
+        self.assert_rejected(self.write(tuned_doc(), directory="x86-64-avx2"),
+                             f'its directory "x86-64-avx2" must be named after its target, "{TARGET}"')
+
+    def test_target_must_be_the_family(self):
+        self.assert_rejected(self.write(tuned_doc("x86-64-avx2")), f'target "x86-64-avx2" must be "{TARGET}"')
+
+    def test_meta_tuned_required(self):
+        doc = tuned_doc()
+        doc["meta"] = {}
+        self.assert_rejected(self.write(doc), "meta: missing key(s) ['tuned']")
+        del doc["meta"]
+        self.assert_rejected(self.write(doc), "missing key(s) ['meta']")
+
+    def test_meta_tuned_fields(self):
+        for field, value, rule in (("date", "21.11.2026", 'meta.tuned.date: "21.11.2026" must be a date YYYY-MM-DD'),
+                                   ("method", "guessed", 'meta.tuned.method: "guessed" must be "measured" or start with'),
+                                   ("cpu", 7, "meta.tuned.cpu: 7 must be a non-empty string"),
+                                   ("halide", "21", 'meta.tuned.halide: "21" must be a version X.Y.Z')):
+            doc = tuned_doc()
+            doc["meta"]["tuned"][field] = value
+            self.assert_rejected(self.write(doc), rule)
+        doc = tuned_doc()
+        doc["meta"]["tuned"]["host"] = "x"
+        self.assert_rejected(self.write(doc), "meta.tuned: unknown key(s) ['host']")
+        doc = tuned_doc()
+        doc["meta"]["tuned"]["method"] = "modelled (llvm-mca)"
+        rk.load_tuned_file(self.write(doc), TARGET, HALIDE, ROPEGEN)
+
+    def test_stale_halide(self):
+        self.assert_rejected(self.write(tuned_doc()), f"stale: tuned with Halide {HALIDE}, this build uses Halide 22.0.0",
+                             halide="22.0.0")
+
+    def test_stale_ropegen_minor(self):
+        self.assert_rejected(self.write(tuned_doc()), f"stale: tuned with ropegen {ROPEGEN}, this is ropegen 0.2.0",
+                             ropegen="0.2.0")
+        self.assert_rejected(self.write(tuned_doc()), "stale", ropegen="1.1.0")
+
+
+class CommandLineTest(unittest.TestCase):
+    """cmake/ropegen_kernels.py as CMake runs it: the AVX-512 kernels of f32, head_dims 128 and any."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.root = pathlib.Path(self.tmp.name)
+        self.tuned_dir = self.root / "tuned"
+
+    def run_script(self, machine, halide=HALIDE):
+        out = self.root / "kernels.cmake"
+        result = subprocess.run(
+            [sys.executable, str(SCRIPT), "--schedules", str(REPO / "schedules"), "--tuned-dir", str(self.tuned_dir),
+             "--tuned-machine", machine, "--halide-version", halide, "--ropegen-version", ROPEGEN, "--arch", "x86_64",
+             "--isas", "avx512", "--cuda", "", "--dtypes", "f32", "--head-dims", "128;0", "--out-cmake", str(out),
+             "--out-inc", str(self.root / "kernels.inc")], capture_output=True, text=True, check=False)
+        return result, out.read_text() if result.returncode == 0 else None
+
+    def write_tuned(self):
+        path = self.tuned_dir / TARGET / f"{MACHINE}.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(tuned_doc()))
+        return path
+
+    @staticmethod
+    def params_line(script):
+        prefix = "set(ROPEGEN_KERNEL_ropegen_half_cache_d128_f32__avx512_PARAMS "
+        return next(line for line in script.splitlines() if line.startswith(prefix))
+
+    def test_tuned_file_used(self):
+        path = self.write_tuned()
+        result, script = self.run_script(MACHINE)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("vector_pairs=8 unroll_pairs=4 cos_sin_at=task bhsd_tokens_per_task=32 bhsd_head_loop=outside_tokens",
+                      self.params_line(script))
+        self.assertIn(f'message(STATUS "ropegen: {TARGET}: tuned schedule {path} (measured, 2026-11-21)")', script)
+
+    def test_stale_file_fails(self):
+        self.write_tuned()
+        result, _ = self.run_script(MACHINE, halide="22.0.0")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("ropegen schedule error:", result.stderr)
+        self.assertIn("stale: tuned with Halide 21.0.0, this build uses Halide 22.0.0", result.stderr)
+        self.assertIn(RETUNE, result.stderr)
+
+    def test_none_ignores_the_file(self):
+        self.write_tuned()
+        result, script = self.run_script("none", halide="22.0.0")  # stale, and still not read
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("vector_pairs=16", self.params_line(script))
+        self.assertIn(f'message(STATUS "ropegen: {TARGET}: defaults (tuned schedules off)")', script)
+
+    def test_named_machine_without_files_fails(self):
+        result, _ = self.run_script("no-such-box")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("ROPEGEN_TUNED_MACHINE=no-such-box: no tuned file for the families built", result.stderr)
+        self.assertIn(str(self.tuned_dir / TARGET / "no-such-box.json"), result.stderr)
+
+    def test_machine_name_must_be_a_slug(self):
+        result, _ = self.run_script("../x86-64-avx512/test")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("must be host, none, or a machine's name", result.stderr)
+
+    def test_host_without_files_uses_defaults(self):
+        self.write_tuned()  # another machine's
+        result, script = self.run_script("host")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn(f"defaults (no tuned file for {rk.host_machine()['slug']})", script)
+
+
+class HostMachineTest(unittest.TestCase):
+    SLUG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+    def test_this_machine(self):
+        machine = rk.host_machine()
+        self.assertRegex(machine["slug"], self.SLUG)
+        self.assertTrue(machine["cpu"] and "\n" not in machine["cpu"], machine)
+
+    def test_x86(self):
+        cpu = ("processor\t: {n}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
+               "model name\t: Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz\nstepping\t: 8\n\n")
+        machine = rk.host_machine("".join(cpu.format(n=n) for n in range(4)))
+        self.assertEqual(machine, {"slug": "intel-xeon-platinum-8481c-f6m143",
+                                   "cpu": "GenuineIntel Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz, "
+                                          "family 6 model 143 stepping 8, 4 logical CPUs"})
+        amd = ("processor : 0\nvendor_id : AuthenticAMD\ncpu family : 25\nmodel : 1\n"
+               "model name : AMD EPYC 7B13 64-Core Processor\nstepping : 0\n")
+        self.assertEqual(rk.host_machine(amd)["slug"], "amd-epyc-7b13-f25m1")
+
+    def test_aarch64(self):
+        cpu = ("processor\t: {n}\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU architecture: 8\n"
+               "CPU variant\t: 0x3\nCPU part\t: 0xD0C\nCPU revision\t: 1\n\n")
+        machine = rk.host_machine(cpu.format(n=0))
+        self.assertEqual(machine, {"slug": "arm-0x41-0xd0c",
+                                   "cpu": "ARM implementer 0x41 part 0xd0c variant 0x3 revision 1, 1 logical CPU"})
+
+    def test_unknown_cpu(self):
+        with self.assertRaisesRegex(rk.ScheduleError, 'no "model name"'):
+            rk.host_machine("processor : 0\n")
+
+
+class DefaultFilesTest(unittest.TestCase):
+    def test_every_default_file_resolves_every_kernel(self):
+        files = sorted((REPO / "schedules").glob("*.json"))
+        families = {family for _, family, *_ in rk.ISAS.values()} | {family for family, *_ in rk.CUDA_LEVELS.values()}
+        self.assertEqual({path.stem for path in files}, families)
+        cpu_knobs = {"vector_pairs", "unroll_pairs", "cos_sin_at"} | {
+            f"{layout}_{knob}" for layout in rk.LAYOUTS for knob in ("tokens_per_task", "head_loop")}
+        gpu_knobs = {"vector_pairs"} | {f"gpu_{knob}" for knob in rk.GPU_GROUP_KNOBS}
+        for path in files:
+            entries = rk.load_schedule_file(path, path.stem)
+            for values in itertools.product(*rk.MATCH_KEYS.values()):
+                params = rk.generator_params(rk.resolve(entries, dict(zip(rk.MATCH_KEYS, values))))
+                self.assertEqual(set(params), gpu_knobs if path.stem.startswith("cuda-") else cpu_knobs, path)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Tests of the autotuner's search and file handling (ctest tune.Search). The search runs on
+synthetic measurements whose best schedule is known; the file tests write a tuned file and read
+it back through the build's own loader (cmake/ropegen_kernels.py). tune.Run (CMakeLists.txt)
+runs the real tool, candidates built and timed, on one key."""
+import json
+import pathlib
+import sys
+import tempfile
+import unittest
+from unittest import mock
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import rope_tune as rt  # noqa: E402
+
+rk = rt.rk
+KEY = {"style": "half", "head_dim": 128, "dtype": "bf16", "source": "cache"}
+FAMILY, ISA = "x86-64-avx512", "avx512"
+SHAPES = {"decode_bshd": "bshd", "prefill_bshd": "bshd", "prefill_bhsd": "bhsd", "prefill_sbhd": "sbhd",
+          "decode_strided": "strided"}
+
+
+def default_params():
+    return rt.canonical(rk.resolve(rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY), KEY))
+
+
+class Landscape:
+    """Synthetic timings: a candidate's speed on a shape is a product of one factor per knob, the
+    layout knobs counting only on their own group's shapes, so the best schedule is known."""
+
+    BEST_CORE = {"vector_pairs": 32, "unroll_pairs": 2, "cos_sin_at": "task"}
+    BEST_LAYOUT = {"bshd": (4, "inside_tokens"), "bhsd": (32, "outside_tokens"), "sbhd": (2, "inside_tokens"),
+                   "strided": (1, "outside_tokens")}
+
+    def __init__(self, broken=()):
+        self.broken = [rt.canonical(p) for p in broken]
+        self.calls = []
+
+    def speed(self, params, layout):
+        speed = 1.0
+        for knob, best in self.BEST_CORE.items():
+            speed *= 1.0 if params[knob] == best else 0.9
+        tokens, loop = self.BEST_LAYOUT[layout]
+        knobs = params["layouts"][layout]
+        speed *= 1.0 if knobs["tokens_per_task"] == tokens else 0.95
+        speed *= 1.0 if knobs["head_loop"] == loop else 0.97
+        return speed
+
+    def measure(self, pool, reps, stage):
+        self.calls.append((len(pool), reps, stage))
+        result = []
+        for params in pool:
+            if rt.canonical(params) in self.broken:
+                result.append(None)
+                continue
+            result.append(rt.Measurement({shape: {"layout": layout, "bytes": 1000, "ns": 100 / self.speed(params, layout),
+                                                  "memcpy_ns": 50.0, "spread": 0.0}
+                                          for shape, layout in SHAPES.items()}))
+        return result
+
+
+def best_params(default):
+    best = rt.with_core(default, Landscape.BEST_CORE)
+    for layout, (tokens, loop) in Landscape.BEST_LAYOUT.items():
+        best["layouts"][layout] = {"tokens_per_task": tokens, "head_loop": loop}
+    return rt.canonical(best)
+
+
+class SearchTest(unittest.TestCase):
+    def test_staged_search_finds_what_the_full_sweep_finds(self):
+        default = default_params()
+        landscape = Landscape()
+        swept = rt.full_sweep(default, KEY, ISA, landscape.measure)
+        sweep_calls = sum(n for n, _, _ in landscape.calls)
+        landscape.calls.clear()
+        tuned, tuned_m, default_m = rt.staged_search(default, KEY, ISA, landscape.measure, lambda: False)
+        staged_calls = sum(n for n, _, _ in landscape.calls)
+        self.assertEqual(swept, best_params(default))
+        self.assertEqual(tuned, best_params(default))
+        self.assertGreater(tuned_m.score(), default_m.score())
+        # The point of staging: a fraction of the candidates.
+        self.assertLess(staged_calls * 4, sweep_calls, f"staged {staged_calls} vs full sweep {sweep_calls}")
+
+    def test_a_candidate_failing_its_check_is_never_chosen(self):
+        default = default_params()
+        best_core = rt.with_core(default, Landscape.BEST_CORE)
+        tuned, _, _ = rt.staged_search(default, KEY, ISA, Landscape(broken=[best_core]).measure, lambda: False)
+        self.assertNotEqual(rt.core_of(tuned), Landscape.BEST_CORE)
+
+    def test_the_default_is_kept_unless_beaten(self):
+        default = default_params()
+
+        def flat(pool, reps, stage):  # every candidate equally fast: nothing beats the default
+            return Landscape().measure([default] * len(pool), reps, stage)
+
+        tuned, tuned_m, default_m = rt.staged_search(default, KEY, ISA, flat, lambda: False)
+        self.assertEqual(tuned, default)
+        self.assertEqual(tuned_m.score(), default_m.score())
+
+    def test_out_of_budget_skips_the_layout_stage(self):
+        landscape = Landscape()
+        rt.staged_search(default_params(), KEY, ISA, landscape.measure, lambda: True)
+        self.assertNotIn("layout knobs", [stage for _, _, stage in landscape.calls])
+        self.assertEqual(landscape.calls[-1][2], "confirmation")
+
+    def test_cost_model_pruning(self):
+        cores = rt.core_candidates(KEY, ISA)
+        self.assertTrue(all(8 <= c["vector_pairs"] <= 32 for c in cores))  # avx512: 16 f32 lanes
+        self.assertTrue(all(c["vector_pairs"] * c["unroll_pairs"] <= 64 for c in cores))  # d128: 64 pairs
+        computed = rt.core_candidates({**KEY, "source": "compat"}, ISA)
+        self.assertNotIn("inline", {c["cos_sin_at"] for c in computed})
+        self.assertIn("inline", {c["cos_sin_at"] for c in cores})
+        small = rt.core_candidates({**KEY, "head_dim": 64}, "sse41")
+        self.assertTrue(all(2 <= c["vector_pairs"] <= 8 and c["vector_pairs"] * c["unroll_pairs"] <= 32 for c in small))
+
+
+class KeysTest(unittest.TestCase):
+    def test_filters(self):
+        keys = rt.all_keys([rt.parse_key_filter("head_dim=128,dtype=bf16|f32")])
+        self.assertEqual(len(keys), 2 * 2 * 3)
+        self.assertEqual(keys[0], {"style": "half", "head_dim": 128, "dtype": "bf16", "source": "cache"})
+        self.assertEqual(len(rt.all_keys([])), 72)
+
+    def test_bad_filters_are_errors(self):
+        for text in ("head_dim=96", "layout=bshd", "dtype", "dtype=f64"):
+            with self.assertRaises(ValueError, msg=text):
+                rt.parse_key_filter(text)
+
+
+class HarnessOutputTest(unittest.TestCase):
+    def test_medians_ratios_and_failures(self):
+        lines = [
+            '{"candidate": "c0", "verified": true, "failure": ""}',
+            '{"candidate": "c1", "verified": false, "failure": "lane 3 off by 2 ulp"}',
+            '{"candidate": "memcpy", "shape": "s", "layout": "bshd", "bytes": 800, "ns": [10, 12, 11]}',
+            '{"candidate": "c0", "shape": "s", "layout": "bshd", "bytes": 800, "ns": [20, 24, 22, 90]}',
+        ]
+        results = rt.parse_harness_output(lines)
+        self.assertEqual(results["c1"], "lane 3 off by 2 ulp")
+        self.assertEqual(results["c0"].shapes["s"]["ns"], 23)  # median, not the minimum or the mean
+        self.assertAlmostEqual(results["c0"].ratio("s"), 11 / 23)
+        self.assertEqual(results["c0"].summary()["shapes"]["s"]["gbps"], round(800 / 23, 1))
+
+
+class FileTest(unittest.TestCase):
+    META = {"machine": "test-machine", "cpu": "a test CPU", "method": "measured", "halide": "21.0.0",
+            "ropegen": "0.1.0", "date": "2026-11-21", "command": "bench/tune/rope_tune.py --target x86-64-avx512"}
+
+    def result(self, key, params):
+        return {"key": key, "params": params, "measured": {"memcpy_ratio": 1.0, "default_memcpy_ratio": 0.9,
+                                                            "speedup": 1.111, "changed": [], "shapes": {}}}
+
+    def test_written_file_is_what_the_build_reads(self):
+        default = default_params()
+        tuned = best_params(default)
+        other = {**KEY, "dtype": "f32"}
+        results = {rt.key_id(other): self.result(other, default), rt.key_id(KEY): self.result(KEY, tuned)}
+        with tempfile.TemporaryDirectory() as tmp:
+            path = pathlib.Path(tmp) / FAMILY / "test-machine.json"
+            rt.write_json(path, rt.tuned_document(FAMILY, self.META, results))
+            first = path.read_bytes()
+            # Deterministic: the same results in another order give the same bytes.
+            rt.write_json(path, rt.tuned_document(FAMILY, self.META, dict(reversed(list(results.items())))))
+            self.assertEqual(first, path.read_bytes())
+            entries = rk.load_tuned_file(path, FAMILY, "21.0.0", "0.1.0")
+            self.assertEqual([e[1] for e in entries], [KEY, other])  # key order: bf16 before f32
+            defaults = rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY)
+            self.assertEqual(rt.canonical(rk.resolve(defaults + entries, KEY)), tuned)
+            # A later run keeps the keys it does not tune.
+            kept = rt.existing_results(path, FAMILY, "21.0.0", "0.1.0")
+            self.assertEqual(set(kept), set(results))
+
+    def test_an_existing_bad_file_is_an_error_not_overwritten(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = pathlib.Path(tmp) / FAMILY / "test-machine.json"
+            path.parent.mkdir()
+            path.write_text("{ not json")
+            with self.assertRaises(rk.ScheduleError):
+                rt.existing_results(path, FAMILY, "21.0.0", "0.1.0")
+            self.assertEqual(path.read_text(), "{ not json")
+
+
+class FakeWorkbench:
+    """Stands in for the build tree in the resume test: synthetic timings, an interruption."""
+    interrupt_after = None
+    measured_keys = []
+
+    def __init__(self, build, family, isa, jobs, log):
+        self.fingerprint = "fake"
+        self.landscape = Landscape()
+
+    def measure(self, key, pool, reps):
+        if rt.key_id(key) not in FakeWorkbench.measured_keys:
+            if len(FakeWorkbench.measured_keys) == FakeWorkbench.interrupt_after:
+                raise KeyboardInterrupt
+            FakeWorkbench.measured_keys.append(rt.key_id(key))
+        return self.landscape.measure(pool, reps, "")
+
+
+class ResumeTest(unittest.TestCase):
+    def test_an_interrupted_run_continues_where_it_stopped(self):
+        machine = {"slug": "test-machine", "cpu": "a test CPU"}
+        with tempfile.TemporaryDirectory() as tmp, \
+                mock.patch.object(rt, "Workbench", FakeWorkbench), \
+                mock.patch.object(rt, "versions", lambda build: ("21.0.0", "0.1.0")), \
+                mock.patch.object(rk, "host_machine", lambda: machine):
+            argv = ["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache", "--build", tmp,
+                    "--out-dir", tmp]
+            FakeWorkbench.measured_keys, FakeWorkbench.interrupt_after = [], 1
+            with self.assertRaises(KeyboardInterrupt):
+                rt.main(argv)
+            self.assertEqual(FakeWorkbench.measured_keys, ["half/cache/d128/bf16"])
+            FakeWorkbench.interrupt_after = None
+            with mock.patch("sys.stdout"):
+                self.assertEqual(rt.main(argv), 0)
+            self.assertEqual(FakeWorkbench.measured_keys, ["half/cache/d128/bf16", "interleaved/cache/d128/bf16"])
+            out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
+            document = json.loads(out.read_text())
+            self.assertEqual([e["match"]["style"] for e in document["kernels"]], ["half", "interleaved"])
+            self.assertEqual(document["meta"]["tuned"]["method"], "measured")
+            self.assertEqual(document["kernels"][0]["params"], best_params(default_params()))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -233,12 +233,13 @@ def mca_table(kernels, llvm_mca):
     return "\n".join(lines) + "\n"
 
 
-def write_readme(readme, table, command):
+def write_readme(readme, table, command, begin=README_BEGIN, end=README_END):
+    """Replaces the text between the markers `begin` and `end` of `readme` (also bench/tune's)."""
     text = readme.read_text()
-    if README_BEGIN not in text or README_END not in text:
-        raise SystemExit(f"{readme} has no {README_BEGIN} ... {README_END} section")
-    before = text[:text.index(README_BEGIN) + len(README_BEGIN)]
-    after = text[text.index(README_END):]
+    if begin not in text or end not in text:
+        raise SystemExit(f"{readme} has no {begin} ... {end} section")
+    before = text[:text.index(begin) + len(begin)]
+    after = text[text.index(end):]
     readme.write_text(f"{before}\n\nMade by `{command}`.\n\n{table}\n{after}")
 
 

@@ -38,8 +38,10 @@ import json
 import math
 import os
 import pathlib
+import platform
 import re
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -49,6 +51,9 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "cmake"))
 import ropegen_kernels as rk  # noqa: E402  (the build's schedule format, knobs and validation)
+
+sys.path.insert(0, str(ROOT / "bench"))
+import neon_asm  # noqa: E402  (aarch64 hot loops and their llvm-mca estimates)
 
 # The knob values the search may try; the schedule format's ranges are wider.
 CORE_SPACE = {
@@ -60,6 +65,9 @@ LAYOUT_SPACE = {
     "tokens_per_task": (1, 2, 4, 8, 16, 32, 64),
     "head_loop": rk.HEAD_LOOPS,
 }
+# The knobs a timing can judge, and those llvm-mca's model of the hot loop can.
+MEASURED_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "layouts")
+MODELLED_KNOBS = ("vector_pairs", "unroll_pairs")
 # f32 lanes of one vector register of each ISA: the unit the cost model prunes vector_pairs by.
 VECTOR_F32_LANES = {"avx512": 16, "avx2": 8, "sse41": 4, "neon_fp16": 4, "neon": 4}
 # The head_dim the any-head_dim kernel is timed at (the harness's kAnyHeadDim).
@@ -121,8 +129,9 @@ def core_of(params):
     return {name: params[name] for name in CORE_SPACE}
 
 
-def core_candidates(key, isa):
-    """The cost model's pruning of the core grid."""
+def core_candidates(key, isa, default, judges=MEASURED_KNOBS):
+    """The cost model's pruning of the core grid; knobs the measurement cannot judge keep their
+    default."""
     lanes = VECTOR_F32_LANES[isa]
     head_pairs = (key["head_dim"] or ANY_HEAD_DIM) // 2
     result = []
@@ -133,6 +142,10 @@ def core_candidates(key, isa):
             continue  # a block wider than a head's pairs is all tail
         if cos_sin_at == "inline" and key["source"] != "cache":
             continue  # computed sources build a table anyway: `inline` means `task` for them
+        if any(knob not in judges and value != default[knob]
+               for knob, value in (("vector_pairs", vector_pairs), ("unroll_pairs", unroll_pairs),
+                                   ("cos_sin_at", cos_sin_at))):
+            continue
         result.append({"vector_pairs": vector_pairs, "unroll_pairs": unroll_pairs, "cos_sin_at": cos_sin_at})
     return result
 
@@ -157,10 +170,25 @@ class Measurement:
         ratios = [self.ratio(s) for s, info in self.shapes.items() if layout is None or info["layout"] == layout]
         return math.exp(sum(map(math.log, ratios)) / len(ratios))
 
-    def summary(self):
-        return {"memcpy_ratio": round(self.score(), 3),
+    def summary(self, default):
+        """What the tuned file records of this (tuned) measurement beside the default's."""
+        return {"memcpy_ratio": round(self.score(), 3), "default_memcpy_ratio": round(default.score(), 3),
+                "speedup": round(self.score() / default.score(), 3),
                 "shapes": {s: {"gbps": round(info["bytes"] / info["ns"], 1), "memcpy_ratio": round(self.ratio(s), 3)}
                            for s, info in sorted(self.shapes.items())}}
+
+
+class ModelledMeasurement(Measurement):
+    """llvm-mca's estimate for one candidate: a 'shape' per hot loop, whose 'ns' are the estimated
+    cycles per rotated head (memcpy_ns 1, so that score() is the geometric mean of heads/cycle)."""
+
+    def cycles_per_head(self):
+        return 1 / self.score()
+
+    def summary(self, default):
+        return {"cycles_per_head": round(self.cycles_per_head(), 2),
+                "default_cycles_per_head": round(default.cycles_per_head(), 2),
+                "speedup": round(self.score() / default.score(), 3)}
 
 
 def parse_harness_output(lines):
@@ -191,19 +219,19 @@ def parse_harness_output(lines):
 
 # ---- Search -------------------------------------------------------------------------------------
 
-def staged_search(default, key, isa, measure, out_of_budget):
+def staged_search(default, key, isa, measure, out_of_budget, judges=MEASURED_KNOBS):
     """The staged search of one key. `measure(candidates, reps, stage)` returns a Measurement per
     candidate (None for one that failed its check). Returns (tuned params, their Measurement,
     the default's Measurement) from the confirmation run."""
     # 1. Core knobs, default layouts: successive halving.
-    pool = [with_core(default, core) for core in core_candidates(key, isa)]
+    pool = [with_core(default, core) for core in core_candidates(key, isa, default, judges)]
     if canonical(default) not in pool:
         pool.append(canonical(default))
     ranked = _ranked(pool, measure(pool, REPS_SCREEN, "core knobs"))
     finalists = ranked[:max(3, len(ranked) // 3)]
     best = _ranked(finalists, measure(finalists, REPS_FINAL, "core finalists"))[0]
     # 2. Layout knobs with the best core, every group at once.
-    if not out_of_budget():
+    if "layouts" in judges and not out_of_budget():
         pool = [with_layouts(best, knobs) for knobs in layout_candidates()]
         best = _best_per_layout(best, pool, measure(pool, REPS_LAYOUTS, "layout knobs"))
     # 3. Confirmation.
@@ -214,7 +242,7 @@ def full_sweep(default, key, isa, measure):
     """Every combination of the (pruned) core grid and the layout grid; returns the best params."""
     layouts = layout_candidates()
     best, best_score = None, -1.0
-    for core in core_candidates(key, isa):
+    for core in core_candidates(key, isa, default):
         base = with_core(default, core)
         pool = [with_layouts(base, knobs) for knobs in layouts]
         measurements = measure(pool, REPS_LAYOUTS, f"full sweep of {json.dumps(core)}")
@@ -263,10 +291,13 @@ def _best_per_layout(base, pool, measurements):
 class Workbench:
     """Builds candidates with the build tree's generator and times them with its harness."""
 
+    method = "measured"
+    judges = MEASURED_KNOBS  # the knobs its measurements can tell apart
+
     def __init__(self, build, family, isa, jobs, log):
         self.generator = build / "generators" / "ropegen_generator"
         self.harness = build / "bench" / "tune" / "rope_tune_harness"
-        for tool in (self.generator, self.harness):
+        for tool in self.tools():
             if not tool.exists():
                 raise SystemExit(f"rope_tune: {tool} is missing: build first (cmake --build {build})")
         self.cache = build / "tune" / family / "candidates"
@@ -276,30 +307,47 @@ class Workbench:
         self.isa = isa
         self.jobs = jobs
         self.log = log
-        self.fingerprint = hashlib.sha256(self.generator.read_bytes() + self.harness.read_bytes()).hexdigest()[:16]
-        self.compiler = os.environ.get("CC", "cc")
+        self.fingerprint = hashlib.sha256(b"".join(tool.read_bytes() for tool in self.tools())).hexdigest()[:16]
+
+    def tools(self):
+        return [self.generator, self.harness]
+
+    def machine(self):
+        return rk.host_machine()
+
+    def use_hint(self, machine):
+        return "the builds of this machine use it from their next configure"
 
     def build(self, key, params):
-        """The shared object of one candidate (cached by everything that makes it)."""
+        """The candidate's product (cached by everything that makes it) and its function name."""
         variant = {"style": key["style"], "head_dim": key["head_dim"], "dtype": rk.DTYPES[key["dtype"]][0],
                    "source": key["source"]}
         args = [f"target={self.target}"] + [f"{k}={v}" for k, v in {**variant, **rk.generator_params(params)}.items()]
         digest = hashlib.sha256(" ".join([self.fingerprint] + args).encode()).hexdigest()[:20]
         function = f"ropegen_tune_{digest}"
-        shared = self.cache / f"{function}.so"
-        if not shared.exists():
+        product = self.cache / f"{function}{self.suffix}"
+        if not product.exists():
             with tempfile.TemporaryDirectory(dir=self.cache) as scratch:
-                subprocess.run([str(self.generator), "-g", "ropegen_rope", "-f", function, "-o", scratch, "-e", "object",
-                                *args], check=True, capture_output=True, text=True)
-                partial = pathlib.Path(scratch) / f"{function}.so"
-                subprocess.run([self.compiler, "-shared", "-o", str(partial), str(pathlib.Path(scratch) / f"{function}.o")],
-                               check=True, capture_output=True, text=True)
-                partial.rename(shared)
-        return shared, function
+                subprocess.run([str(self.generator), "-g", "ropegen_rope", "-f", function, "-o", scratch,
+                                "-e", self.emit, *args], check=True, capture_output=True, text=True)
+                self.finish(pathlib.Path(scratch), function).rename(product)
+        return product, function
+
+    def build_all(self, key, pool):
+        with concurrent.futures.ThreadPoolExecutor(self.jobs) as executor:
+            return list(executor.map(lambda params: self.build(key, params), pool))
+
+    # Halide emits an object; the harness loads a shared object.
+    emit, suffix = "object", ".so"
+
+    def finish(self, scratch, function):
+        shared = scratch / f"{function}.so"
+        subprocess.run([os.environ.get("CC", "cc"), "-shared", "-o", str(shared), str(scratch / f"{function}.o")],
+                       check=True, capture_output=True, text=True)
+        return shared
 
     def measure(self, key, pool, reps):
-        with concurrent.futures.ThreadPoolExecutor(self.jobs) as executor:
-            built = list(executor.map(lambda params: self.build(key, params), pool))
+        built = self.build_all(key, pool)
         with tempfile.NamedTemporaryFile("w", suffix=".txt", dir=self.cache, delete=False) as listing:
             for index, (shared, function) in enumerate(built):
                 listing.write(f"c{index} {shared} {function}\n")
@@ -320,6 +368,56 @@ class Workbench:
                 self.log(f"\nrope_tune: {key_id(key)} candidate {json.dumps(params)} FAILED its check: {result}\n")
                 result = None
             measurements.append(result)
+        return measurements
+
+
+class ModelledBench(Workbench):
+    """Targets this machine cannot run (aarch64): candidates are judged by llvm-mca's estimate of
+    their hot loops' cycles per rotated head (bench/neon_asm.py finds the loops), not timed. The
+    model sees the rotation loop only, not threading, layouts' loop orders or the cos/sin
+    tables, so it judges vector_pairs and unroll_pairs alone. Nothing runs here: the aarch64
+    build that uses the file checks every kernel against the oracle under qemu."""
+
+    judges = MODELLED_KNOBS
+    emit, suffix = "assembly", ".s"
+
+    def __init__(self, build, family, isa, jobs, log, mca_cpu):
+        self.llvm_mca = pathlib.Path(shutil.which("llvm-mca") or "/usr/bin/llvm-mca")
+        self.mca_cpu = mca_cpu
+        self.method = f"modelled (llvm-mca -mcpu={mca_cpu})"
+        super().__init__(build, family, isa, jobs, log)
+        self.scores = {}
+
+    def tools(self):
+        return [self.generator, self.llvm_mca]
+
+    def machine(self):
+        version = subprocess.run([str(self.llvm_mca), "--version"], capture_output=True, text=True).stdout
+        llvm = re.search(r"LLVM version (\S+)", version)
+        return {"slug": f"llvm-mca-{self.mca_cpu}",
+                "cpu": f"{self.mca_cpu} as llvm-mca {llvm.group(1) if llvm else '?'} models it (not measured)"}
+
+    def use_hint(self, machine):
+        return f"aarch64 builds use it with -DROPEGEN_TUNED_MACHINE={machine['slug']} (the aarch64 preset does)"
+
+    def finish(self, scratch, function):
+        return scratch / f"{function}.s"
+
+    def measure(self, key, pool, reps):
+        head_bytes = (key["head_dim"] or ANY_HEAD_DIM) * neon_asm.ELEMENT_BYTES[key["dtype"]]
+        measurements = []
+        for assembly, _ in self.build_all(key, pool):
+            if assembly not in self.scores:  # deterministic: estimated once
+                loops = neon_asm.hot_loops(neon_asm.read_loops(assembly))
+                if not loops:
+                    raise SystemExit(f"rope_tune: no rotation hot loop found in {assembly}")
+                self.scores[assembly] = ModelledMeasurement({
+                    f"{loop.function}/{loop.header}": {
+                        "layout": "model", "bytes": 0, "memcpy_ns": 1.0, "spread": 0.0,
+                        "ns": neon_asm.mca_cycles_per_iteration(loop, self.mca_cpu, self.target, str(self.llvm_mca))
+                        * head_bytes / loop.store_bytes()}
+                    for loop in loops})
+            measurements.append(self.scores[assembly])
         return measurements
 
 
@@ -413,6 +511,7 @@ def existing_results(path, family, halide, ropegen):
 
 
 def table(results, keys):
+    """Default against tuned per key: memcpy ratios (measured) or cycles per head (modelled)."""
     lines = [f"{'key':<28} {'default':>8} {'tuned':>8} {'speedup':>8}  changed knobs"]
     for key in keys:
         result = results.get(key_id(key))
@@ -420,9 +519,31 @@ def table(results, keys):
             lines.append(f"{key_id(key):<28} {'(not tuned: budget)':>26}")
             continue
         measured = result["measured"]
-        lines.append(f"{key_id(key):<28} {measured['default_memcpy_ratio']:>8.3f} {measured['memcpy_ratio']:>8.3f} "
+        unit = "memcpy_ratio" if "memcpy_ratio" in measured else "cycles_per_head"
+        lines.append(f"{key_id(key):<28} {measured['default_' + unit]:>8.3f} {measured[unit]:>8.3f} "
                      f"{measured['speedup']:>7.3f}x  {', '.join(measured['changed']) or '-'}")
     return "\n".join(lines)
+
+
+def compare(bench, defaults, tuned_file, keys, progress):
+    """Default against tuned, measured afresh (not the run that chose them, whose winner is
+    favoured by its own noise), for every key the tuned file holds: a markdown table."""
+    tuned_entries = {key_id(entry["match"]): entry["params"] for entry in json.loads(tuned_file.read_text())["kernels"]}
+    unit = "memcpy ratio" if bench.judges == MEASURED_KNOBS else "cycles per head"
+    lines = [f"| key | default ({unit}) | tuned | speedup | changed knobs |", "|---|---|---|---|---|"]
+    for key in (k for k in keys if key_id(k) in tuned_entries):
+        default, tuned = canonical(rk.resolve(defaults, key)), canonical(tuned_entries[key_id(key)])
+        if tuned == default:
+            lines.append(f"| {key_id(key)} | | | 1 | (the tuner kept the defaults) |")
+            continue
+        progress.show(f"{key_id(key)}: default against tuned, {REPS_CONFIRM} reps")
+        default_m, tuned_m = bench.measure(key, [default, tuned], REPS_CONFIRM)
+        summary = tuned_m.summary(default_m)
+        values = [v for k, v in summary.items() if k != "speedup" and not isinstance(v, dict)]
+        lines.append(f"| {key_id(key)} | {values[1]} | {values[0]} | {summary['speedup']} | "
+                     f"{', '.join(changed_knobs(default, tuned))} |")
+        progress.done += 1
+    return "\n".join(lines) + "\n"
 
 
 def changed_knobs(default, params):
@@ -434,8 +555,9 @@ def changed_knobs(default, params):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    cpu_families = {family: isa for isa, (arch, family, *_) in rk.ISAS.items() if arch == "x86_64"}
-    parser.add_argument("--target", required=True, choices=sorted(cpu_families), help="schedule family to tune")
+    cpu_families = {family: (isa, arch) for isa, (arch, family, *_) in rk.ISAS.items()}
+    parser.add_argument("--target", required=True, choices=sorted(cpu_families),
+                        help="schedule family to tune: measured on this machine's architecture, modelled for aarch64")
     parser.add_argument("--keys", action="append", default=[],
                         help="only keys matching, e.g. head_dim=128,dtype=bf16|f32 (repeatable; default: all)")
     parser.add_argument("--budget", type=float, default=600, help="seconds; no key starts after it (default 600)")
@@ -446,22 +568,43 @@ def main(argv=None):
     parser.add_argument("--full-sweep", action="store_true",
                         help="also time every combination of each key and compare it with the staged search")
     parser.add_argument("--fresh", action="store_true", help="ignore the state of an interrupted run")
+    parser.add_argument("--mca-cpu", default="neoverse-n1", help="llvm-mca's CPU for modelled targets (default neoverse-n1)")
+    parser.add_argument("--compare", action="store_true",
+                        help="tune nothing: measure the existing tuned file's keys against the defaults afresh")
+    parser.add_argument("--write-readme", type=pathlib.Path,
+                        help="with --compare: put the table into this file between its tune markers")
     args = parser.parse_args(argv)
     try:
         filters = [parse_key_filter(text) for text in args.keys]
     except ValueError as err:
         parser.error(str(err))
 
-    family, isa = args.target, cpu_families[args.target]
+    family, (isa, arch) = args.target, cpu_families[args.target]
     build = args.build.resolve()
     halide, ropegen = versions(build)
-    machine = rk.host_machine()
-    out = args.out_dir / family / f"{machine['slug']}.json"
     defaults = rk.load_schedule_file(ROOT / "schedules" / f"{family}.json", family)
     keys = all_keys(filters)
     progress = Progress(len(keys), args.budget)
-    bench = Workbench(build, family, isa, args.jobs, progress.write)
+    host_arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine())
+    if arch == host_arch:
+        bench = Workbench(build, family, isa, args.jobs, progress.write)
+    elif arch == "aarch64":
+        bench = ModelledBench(build, family, isa, args.jobs, progress.write, args.mca_cpu)
+    else:
+        parser.error(f"{family} kernels cannot run on this {host_arch} machine, and only aarch64 has a model")
+    machine = bench.machine()
+    out = args.out_dir / family / f"{machine['slug']}.json"
     command = " ".join(["bench/tune/rope_tune.py"] + [shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])])
+    if args.compare:
+        rk.load_tuned_file(out, family, halide, ropegen)
+        markdown = compare(bench, defaults, out, keys, progress)
+        progress.show("done\n")
+        print(markdown)
+        if args.write_readme:
+            begin, end = f"<!-- tune:{family}:begin -->", f"<!-- tune:{family}:end -->"
+            neon_asm.write_readme(args.write_readme, f"{machine['cpu']}; {out.relative_to(ROOT)}.\n\n{markdown}",
+                                  command, begin, end)
+        return 0
 
     # Resume: the state of an interrupted run of the same command on the same tools.
     state_path = build / "tune" / family / f"{machine['slug']}.state.json"
@@ -497,15 +640,14 @@ def main(argv=None):
             tuned, tuned_m, default_m = confirm(default, [staged, swept], measure)
         else:
             tuned, tuned_m, default_m = staged_search(default, key, isa, measure,
-                                                      lambda: progress.elapsed() > args.budget)
-        results[kid] = {"key": key, "params": tuned, "measured": {
-            **tuned_m.summary(), "default_memcpy_ratio": round(default_m.score(), 3),
-            "speedup": round(tuned_m.score() / default_m.score(), 3), "changed": changed_knobs(default, tuned)}}
+                                                      lambda: progress.elapsed() > args.budget, bench.judges)
+        results[kid] = {"key": key, "params": tuned,
+                        "measured": {**tuned_m.summary(default_m), "changed": changed_knobs(default, tuned)}}
         write_json(state_path, {"identity": identity, "results": results, "sweeps": sweep_report})
         progress.key_done(time.monotonic() - started)
     progress.show("done\n" if progress.done == len(keys) else "budget spent\n")
 
-    meta = {"machine": machine["slug"], "cpu": machine["cpu"], "method": "measured", "halide": halide,
+    meta = {"machine": machine["slug"], "cpu": machine["cpu"], "method": bench.method, "halide": halide,
             "ropegen": ropegen, "date": datetime.date.today().isoformat(), "command": command}
     merged = {**existing_results(out, family, halide, ropegen), **results}
     write_json(out, tuned_document(family, meta, merged))
@@ -514,7 +656,7 @@ def main(argv=None):
     for kid, report in sweep_report.items():
         print(f"full sweep {kid}: default {report['default']}, staged {report['staged']}, "
               f"full sweep {report['full_sweep']} (staged reaches {report['staged_of_full']:.1%} of it)")
-    print(f"wrote {out} ({len(merged)} tuned keys); the build of this machine uses it from the next configure")
+    print(f"wrote {out} ({len(merged)} tuned keys); {bench.use_hint(machine)}")
     if len(results) == len(keys):
         state_path.unlink(missing_ok=True)
     return 0

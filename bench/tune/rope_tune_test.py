@@ -104,14 +104,24 @@ class SearchTest(unittest.TestCase):
         self.assertNotIn("layout knobs", [stage for _, _, stage in landscape.calls])
         self.assertEqual(landscape.calls[-1][2], "confirmation")
 
+    def test_modelled_search_judges_only_what_the_model_sees(self):
+        default = default_params()
+        landscape = Landscape()
+        tuned, _, _ = rt.staged_search(default, KEY, ISA, landscape.measure, lambda: False, rt.MODELLED_KNOBS)
+        self.assertNotIn("layout knobs", [stage for _, _, stage in landscape.calls])
+        self.assertEqual(tuned["cos_sin_at"], default["cos_sin_at"])
+        self.assertEqual(tuned["layouts"], default["layouts"])
+        self.assertEqual((tuned["vector_pairs"], tuned["unroll_pairs"]), (32, 2))
+
     def test_cost_model_pruning(self):
-        cores = rt.core_candidates(KEY, ISA)
+        default = default_params()
+        cores = rt.core_candidates(KEY, ISA, default)
         self.assertTrue(all(8 <= c["vector_pairs"] <= 32 for c in cores))  # avx512: 16 f32 lanes
         self.assertTrue(all(c["vector_pairs"] * c["unroll_pairs"] <= 64 for c in cores))  # d128: 64 pairs
-        computed = rt.core_candidates({**KEY, "source": "compat"}, ISA)
+        computed = rt.core_candidates({**KEY, "source": "compat"}, ISA, default)
         self.assertNotIn("inline", {c["cos_sin_at"] for c in computed})
         self.assertIn("inline", {c["cos_sin_at"] for c in cores})
-        small = rt.core_candidates({**KEY, "head_dim": 64}, "sse41")
+        small = rt.core_candidates({**KEY, "head_dim": 64}, "sse41", default)
         self.assertTrue(all(2 <= c["vector_pairs"] <= 8 and c["vector_pairs"] * c["unroll_pairs"] <= 32 for c in small))
 
 
@@ -140,7 +150,7 @@ class HarnessOutputTest(unittest.TestCase):
         self.assertEqual(results["c1"], "lane 3 off by 2 ulp")
         self.assertEqual(results["c0"].shapes["s"]["ns"], 23)  # median, not the minimum or the mean
         self.assertAlmostEqual(results["c0"].ratio("s"), 11 / 23)
-        self.assertEqual(results["c0"].summary()["shapes"]["s"]["gbps"], round(800 / 23, 1))
+        self.assertEqual(results["c0"].summary(results["c0"])["shapes"]["s"]["gbps"], round(800 / 23, 1))
 
 
 class FileTest(unittest.TestCase):
@@ -181,14 +191,16 @@ class FileTest(unittest.TestCase):
             self.assertEqual(path.read_text(), "{ not json")
 
 
-class FakeWorkbench:
+class FakeWorkbench(rt.Workbench):
     """Stands in for the build tree in the resume test: synthetic timings, an interruption."""
     interrupt_after = None
     measured_keys = []
-
     def __init__(self, build, family, isa, jobs, log):
         self.fingerprint = "fake"
         self.landscape = Landscape()
+
+    def machine(self):
+        return {"slug": "test-machine", "cpu": "a test CPU"}
 
     def measure(self, key, pool, reps):
         if rt.key_id(key) not in FakeWorkbench.measured_keys:
@@ -200,11 +212,9 @@ class FakeWorkbench:
 
 class ResumeTest(unittest.TestCase):
     def test_an_interrupted_run_continues_where_it_stopped(self):
-        machine = {"slug": "test-machine", "cpu": "a test CPU"}
         with tempfile.TemporaryDirectory() as tmp, \
                 mock.patch.object(rt, "Workbench", FakeWorkbench), \
-                mock.patch.object(rt, "versions", lambda build: ("21.0.0", "0.1.0")), \
-                mock.patch.object(rk, "host_machine", lambda: machine):
+                mock.patch.object(rt, "versions", lambda build: ("21.0.0", "0.1.0")):
             argv = ["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache", "--build", tmp,
                     "--out-dir", tmp]
             FakeWorkbench.measured_keys, FakeWorkbench.interrupt_after = [], 1

@@ -77,6 +77,9 @@ KEY_ORDER = {"head_dim": (128, 64, 256, 0), "dtype": ("bf16", "f32", "f16"),
              "style": rk.STYLES, "source": rk.SOURCES}
 # Repetitions of each stage (successive halving: many candidates briefly, few at length).
 REPS_SCREEN, REPS_FINAL, REPS_LAYOUTS, REPS_CONFIRM = 3, 7, 5, 15
+# What a tuned schedule must gain over the default to replace it: less is within the noise of a
+# shared machine, and a change that does not pay is churn in the file.
+MIN_GAIN = 1.01
 
 
 # ---- Kernel keys and candidates ------------------------------------------------------------------
@@ -123,10 +126,6 @@ def with_core(params, core):
 
 def with_layouts(params, knobs):
     return canonical({**params, "layouts": {layout: dict(knobs) for layout in rk.LAYOUTS}})
-
-
-def core_of(params):
-    return {name: params[name] for name in CORE_SPACE}
 
 
 def core_candidates(key, isa, default, judges=MEASURED_KNOBS):
@@ -233,7 +232,7 @@ def staged_search(default, key, isa, measure, out_of_budget, judges=MEASURED_KNO
     # 2. Layout knobs with the best core, every group at once.
     if "layouts" in judges and not out_of_budget():
         pool = [with_layouts(best, knobs) for knobs in layout_candidates()]
-        best = _best_per_layout(best, pool, measure(pool, REPS_LAYOUTS, "layout knobs"))
+        best, _ = _best_per_layout(best, pool, measure(pool, REPS_LAYOUTS, "layout knobs"))
     # 3. Confirmation.
     return confirm(default, [best], measure)
 
@@ -245,16 +244,7 @@ def full_sweep(default, key, isa, measure):
     for core in core_candidates(key, isa, default):
         base = with_core(default, core)
         pool = [with_layouts(base, knobs) for knobs in layouts]
-        measurements = measure(pool, REPS_LAYOUTS, f"full sweep of {json.dumps(core)}")
-        composed = _best_per_layout(base, pool, measurements)
-        # The composition's score from the groups' winners (each group's shapes are disjoint).
-        logs, count = 0.0, 0
-        for layout in rk.LAYOUTS:
-            winner = max((m for m in measurements if m), key=lambda m: m.score(layout))
-            for shape, info in winner.shapes.items():
-                if info["layout"] == layout:
-                    logs, count = logs + math.log(winner.ratio(shape)), count + 1
-        score = math.exp(logs / count)
+        composed, score = _best_per_layout(base, pool, measure(pool, REPS_LAYOUTS, f"full sweep of {json.dumps(core)}"))
         if score > best_score:
             best, best_score = composed, score
     return best
@@ -262,12 +252,15 @@ def full_sweep(default, key, isa, measure):
 
 def confirm(default, contenders, measure):
     """Default and contenders measured together at length: the best of them, its Measurement and
-    the default's. Ties go to the default."""
+    the default's. A contender must beat the default by MIN_GAIN; else the default stays."""
     pool = [canonical(default)] + [c for c in map(canonical, contenders) if c != canonical(default)]
     measurements = measure(pool, REPS_CONFIRM, "confirmation")
     if measurements[0] is None:
         raise RuntimeError("the default schedule failed its check against the oracle")
-    best = max(range(len(pool)), key=lambda i: (measurements[i].score() if measurements[i] else -1, i == 0))
+    scores = [m.score() if m else 0.0 for m in measurements]
+    best = max(range(len(pool)), key=lambda i: (scores[i], i == 0))
+    if scores[best] < MIN_GAIN * scores[0]:
+        best = 0
     return pool[best], measurements[best], measurements[0]
 
 
@@ -277,13 +270,18 @@ def _ranked(pool, measurements):
 
 
 def _best_per_layout(base, pool, measurements):
-    """`base` with every layout group's knobs taken from the candidate that scored best on it."""
+    """`base` with every layout group's knobs taken from the candidate that scored best on it,
+    and the composition's score: the geometric mean of the winners' ratios on their own shapes
+    (the groups' shapes are disjoint)."""
     params = canonical(base)
+    logs = []
     for layout in rk.LAYOUTS:
         scored = [(m.score(layout), i) for i, m in enumerate(measurements) if m is not None]
         _, winner = max(scored, key=lambda item: (item[0], -item[1]))
         params["layouts"][layout] = dict(pool[winner]["layouts"][layout])
-    return canonical(params)
+        logs += [math.log(measurements[winner].ratio(shape))
+                 for shape, info in measurements[winner].shapes.items() if info["layout"] == layout]
+    return canonical(params), math.exp(sum(logs) / len(logs))
 
 
 # ---- Building and timing candidates -------------------------------------------------------------

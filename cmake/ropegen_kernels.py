@@ -346,7 +346,12 @@ def main():
         head_dims = pick("ROPEGEN_HEAD_DIMS", args.head_dims, HEAD_DIMS, int)
         if 0 not in head_dims:
             raise ScheduleError("ROPEGEN_HEAD_DIMS must include 0 (the any-head_dim fallback kernel)")
-        machine = host_machine()["slug"] if args.tuned_machine == "host" else args.tuned_machine
+        machine, unidentified = args.tuned_machine, None
+        if machine == "host":
+            try:
+                machine = host_machine()["slug"]
+            except ScheduleError as err:  # an unknown machine has no tuned files: the defaults serve
+                machine, unidentified = "none", str(err)
         if machine != "none" and not SLUG.fullmatch(machine):
             raise ScheduleError(f"ROPEGEN_TUNED_MACHINE: {machine!r} must be host, none, or a machine's name "
                                 "(lower-case letters, digits and single inner '-')")
@@ -376,7 +381,7 @@ def main():
         reports = []  # per family: its tuned file or the defaults, for the configure log
         for level, family, halide_target, features, inc_line, list_name in levels:
             entries = load_schedule_file(args.schedules / f"{family}.json", family)
-            report = "defaults (tuned schedules off)"
+            report = f"defaults ({unidentified})" if unidentified else "defaults (tuned schedules off)"
             if machine != "none":
                 tuned_path = tuned_dir / family / f"{machine}.json"
                 looked_for.append(tuned_path)

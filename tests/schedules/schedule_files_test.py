@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "cmake" / "ropegen_kernels.py"
@@ -235,6 +236,16 @@ class CommandLineTest(unittest.TestCase):
         result, script = self.run_script("host")
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn(f"defaults (no tuned file for {rk.host_machine()['slug']})", script)
+
+    def test_unidentified_host_uses_defaults(self):
+        out = self.root / "kernels.cmake"
+        argv = ["ropegen_kernels.py", "--schedules", str(REPO / "schedules"), "--halide-version", HALIDE,
+                "--ropegen-version", ROPEGEN, "--arch", "x86_64", "--isas", "avx512", "--dtypes", "f32",
+                "--head-dims", "128;0", "--out-cmake", str(out), "--out-inc", str(self.root / "kernels.inc")]
+        unknown = rk.ScheduleError("cannot identify this machine: no model name")
+        with mock.patch.object(sys, "argv", argv), mock.patch.object(rk, "host_machine", side_effect=unknown):
+            self.assertEqual(rk.main(), 0)
+        self.assertIn(f'message(STATUS "ropegen: {TARGET}: defaults ({unknown})")', out.read_text())
 
 
 class HostMachineTest(unittest.TestCase):

@@ -604,9 +604,11 @@ def main(argv=None):
                                   command, begin, end)
         return 0
 
-    # Resume: the state of an interrupted run of the same command on the same tools.
+    # Resume: the state of an interrupted run of the same search (keys, tools, Halide).
     state_path = build / "tune" / family / f"{machine['slug']}.state.json"
-    identity = {"command": command, "tools": bench.fingerprint, "halide": halide}
+    # What decides the results: the budget and --fresh do not, so a rerun may change them.
+    identity = {"target": family, "keys": args.keys, "full_sweep": args.full_sweep, "mca_cpu": args.mca_cpu,
+                "tools": bench.fingerprint, "halide": halide}
     state = json.loads(state_path.read_text()) if state_path.exists() and not args.fresh else {}
     results = state.get("results", {}) if state.get("identity") == identity else {}
     if results:

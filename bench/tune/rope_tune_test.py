@@ -232,8 +232,8 @@ class ResumeTest(unittest.TestCase):
                 rt.main(argv)
             self.assertEqual(FakeWorkbench.measured_keys, ["half/cache/d128/bf16"])
             FakeWorkbench.interrupt_after = None
-            with mock.patch("sys.stdout"):
-                self.assertEqual(rt.main(argv), 0)
+            with mock.patch("sys.stdout"):  # another budget: still the same search, resumed
+                self.assertEqual(rt.main(argv + ["--budget", "1000"]), 0)
             self.assertEqual(FakeWorkbench.measured_keys, ["half/cache/d128/bf16", "interleaved/cache/d128/bf16"])
             out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
             document = json.loads(out.read_text())

@@ -160,6 +160,7 @@ class Measurement:
     """One candidate in one harness run: per timed shape, its layout group, bytes moved, and the
     median times of the candidate and of the memcpy measured beside it."""
     shapes: dict  # shape -> {"layout", "bytes", "ns", "memcpy_ns", "spread"}
+    UNIT = "memcpy_ratio"  # what summary() and the tables report
 
     def ratio(self, shape):
         return self.shapes[shape]["memcpy_ns"] / self.shapes[shape]["ns"]
@@ -169,11 +170,16 @@ class Measurement:
         ratios = [self.ratio(s) for s, info in self.shapes.items() if layout is None or info["layout"] == layout]
         return math.exp(sum(map(math.log, ratios)) / len(ratios))
 
+    def headline(self):
+        return round(self.score(), 3)
+
     def summary(self, default):
-        """What the tuned file records of this (tuned) measurement beside the default's."""
-        return {"memcpy_ratio": round(self.score(), 3), "default_memcpy_ratio": round(default.score(), 3),
+        """What the tuned file records of this (tuned) measurement beside the default's: per
+        shape its GB/s, memcpy ratio and spread (interquartile range / median of the repetitions)."""
+        return {self.UNIT: self.headline(), f"default_{self.UNIT}": default.headline(),
                 "speedup": round(self.score() / default.score(), 3),
-                "shapes": {s: {"gbps": round(info["bytes"] / info["ns"], 1), "memcpy_ratio": round(self.ratio(s), 3)}
+                "shapes": {s: {"gbps": round(info["bytes"] / info["ns"], 1), "memcpy_ratio": round(self.ratio(s), 3),
+                               "spread": round(info["spread"], 3)}
                            for s, info in sorted(self.shapes.items())}}
 
 
@@ -181,12 +187,13 @@ class ModelledMeasurement(Measurement):
     """llvm-mca's estimate for one candidate: a 'shape' per hot loop, whose 'ns' are the estimated
     cycles per rotated head (memcpy_ns 1, so that score() is the geometric mean of heads/cycle)."""
 
-    def cycles_per_head(self):
-        return 1 / self.score()
+    UNIT = "cycles_per_head"
+
+    def headline(self):
+        return round(1 / self.score(), 2)
 
     def summary(self, default):
-        return {"cycles_per_head": round(self.cycles_per_head(), 2),
-                "default_cycles_per_head": round(default.cycles_per_head(), 2),
+        return {self.UNIT: self.headline(), f"default_{self.UNIT}": default.headline(),
                 "speedup": round(self.score() / default.score(), 3)}
 
 
@@ -252,7 +259,9 @@ def full_sweep(default, key, isa, measure):
 
 def confirm(default, contenders, measure):
     """Default and contenders measured together at length: the best of them, its Measurement and
-    the default's. A contender must beat the default by MIN_GAIN; else the default stays."""
+    the default's. A contender must beat the default by MIN_GAIN twice, in this run and in a second,
+    independent one (the winner of one run is favoured by that run's noise); else the default
+    stays."""
     pool = [canonical(default)] + [c for c in map(canonical, contenders) if c != canonical(default)]
     measurements = measure(pool, REPS_CONFIRM, "confirmation")
     if measurements[0] is None:
@@ -260,8 +269,11 @@ def confirm(default, contenders, measure):
     scores = [m.score() if m else 0.0 for m in measurements]
     best = max(range(len(pool)), key=lambda i: (scores[i], i == 0))
     if scores[best] < MIN_GAIN * scores[0]:
-        best = 0
-    return pool[best], measurements[best], measurements[0]
+        return pool[0], measurements[0], measurements[0]
+    default_m, best_m = measure([pool[0], pool[best]], REPS_CONFIRM, "second confirmation")
+    if best_m.score() < MIN_GAIN * default_m.score():
+        return pool[0], default_m, default_m
+    return pool[best], best_m, default_m
 
 
 def _ranked(pool, measurements):
@@ -291,6 +303,7 @@ class Workbench:
 
     method = "measured"
     judges = MEASURED_KNOBS  # the knobs its measurements can tell apart
+    measurement = Measurement
 
     def __init__(self, build, family, isa, jobs, log):
         self.generator = build / "generators" / "ropegen_generator"
@@ -377,6 +390,7 @@ class ModelledBench(Workbench):
     build that uses the file checks every kernel against the oracle under qemu."""
 
     judges = MODELLED_KNOBS
+    measurement = ModelledMeasurement
     emit, suffix = "assembly", ".s"
 
     def __init__(self, build, family, isa, jobs, log, mca_cpu):
@@ -517,7 +531,7 @@ def table(results, keys):
             lines.append(f"{key_id(key):<28} {'(not tuned: budget)':>26}")
             continue
         measured = result["measured"]
-        unit = "memcpy_ratio" if "memcpy_ratio" in measured else "cycles_per_head"
+        unit = next(name for name in (Measurement.UNIT, ModelledMeasurement.UNIT) if name in measured)
         lines.append(f"{key_id(key):<28} {measured['default_' + unit]:>8.3f} {measured[unit]:>8.3f} "
                      f"{measured['speedup']:>7.3f}x  {', '.join(measured['changed']) or '-'}")
     return "\n".join(lines)
@@ -527,21 +541,19 @@ def compare(bench, defaults, tuned_file, keys, progress):
     """Default against tuned, measured afresh (not the run that chose them, whose winner is
     favoured by its own noise), for every key the tuned file holds: a markdown table."""
     tuned_entries = {key_id(entry["match"]): entry["params"] for entry in json.loads(tuned_file.read_text())["kernels"]}
-    unit = "memcpy ratio" if bench.judges == MEASURED_KNOBS else "cycles per head"
-    lines = [f"| key | default ({unit}) | tuned | speedup | changed knobs |", "|---|---|---|---|---|"]
+    rows, kept = [], 0
     for key in (k for k in keys if key_id(k) in tuned_entries):
+        progress.done += 1
         default, tuned = canonical(rk.resolve(defaults, key)), canonical(tuned_entries[key_id(key)])
         if tuned == default:
-            lines.append(f"| {key_id(key)} | | | 1 | (the tuner kept the defaults) |")
+            kept += 1
             continue
         progress.show(f"{key_id(key)}: default against tuned, {REPS_CONFIRM} reps")
         default_m, tuned_m = bench.measure(key, [default, tuned], REPS_CONFIRM)
-        summary = tuned_m.summary(default_m)
-        values = [v for k, v in summary.items() if k != "speedup" and not isinstance(v, dict)]
-        lines.append(f"| {key_id(key)} | {values[1]} | {values[0]} | {summary['speedup']} | "
-                     f"{', '.join(changed_knobs(default, tuned))} |")
-        progress.done += 1
-    return "\n".join(lines) + "\n"
+        rows.append(f"| {key_id(key)} | {default_m.headline()} | {tuned_m.headline()} | "
+                    f"{tuned_m.score() / default_m.score():.3f} | {', '.join(changed_knobs(default, tuned))} |")
+    header = [f"| key | default ({bench.measurement.UNIT.replace('_', ' ')}) | tuned | speedup | changed knobs |", "|---|---|---|---|---|"]
+    return "\n".join(header + rows) + f"\n\nThe other {kept} keys kept the defaults.\n"
 
 
 def changed_knobs(default, params):

@@ -108,11 +108,25 @@ class SearchTest(unittest.TestCase):
         tuned, _, _ = rt.staged_search(default, KEY, ISA, slightly_better, lambda: False)
         self.assertEqual(tuned, default)
 
+    def test_a_win_must_hold_in_a_second_run(self):
+        default = default_params()
+        landscape = Landscape()
+
+        def lucky_once(pool, reps, stage):  # the second confirmation finds every candidate equal
+            if stage == "second confirmation":
+                return landscape.measure([default] * len(pool), reps, stage)
+            return landscape.measure(pool, reps, stage)
+
+        tuned, tuned_m, default_m = rt.staged_search(default, KEY, ISA, lucky_once, lambda: False)
+        self.assertEqual(tuned, default)
+        self.assertEqual(tuned_m.score(), default_m.score())
+        self.assertEqual(landscape.calls[-1][2], "second confirmation")
+
     def test_out_of_budget_skips_the_layout_stage(self):
         landscape = Landscape()
         rt.staged_search(default_params(), KEY, ISA, landscape.measure, lambda: True)
         self.assertNotIn("layout knobs", [stage for _, _, stage in landscape.calls])
-        self.assertEqual(landscape.calls[-1][2], "confirmation")
+        self.assertEqual(landscape.calls[-1][2], "second confirmation")
 
     def test_modelled_search_judges_only_what_the_model_sees(self):
         default = default_params()

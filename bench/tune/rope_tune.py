@@ -318,6 +318,8 @@ class Workbench:
         self.isa = isa
         self.jobs = jobs
         self.log = log
+        # Candidates depend on the generator alone; measurements on every tool.
+        self.generator_hash = hashlib.sha256(self.generator.read_bytes()).hexdigest()[:16]
         self.fingerprint = hashlib.sha256(b"".join(tool.read_bytes() for tool in self.tools())).hexdigest()[:16]
 
     def tools(self):
@@ -334,7 +336,7 @@ class Workbench:
         variant = {"style": key["style"], "head_dim": key["head_dim"], "dtype": rk.DTYPES[key["dtype"]][0],
                    "source": key["source"]}
         args = [f"target={self.target}"] + [f"{k}={v}" for k, v in {**variant, **rk.generator_params(params)}.items()]
-        digest = hashlib.sha256(" ".join([self.fingerprint] + args).encode()).hexdigest()[:20]
+        digest = hashlib.sha256(" ".join([self.generator_hash] + args).encode()).hexdigest()[:20]
         function = f"ropegen_tune_{digest}"
         product = self.cache / f"{function}{self.suffix}"
         if not product.exists():
@@ -653,8 +655,9 @@ def main(argv=None):
         else:
             tuned, tuned_m, default_m = staged_search(default, key, isa, measure,
                                                       lambda: progress.elapsed() > args.budget, bench.judges)
-        results[kid] = {"key": key, "params": tuned,
-                        "measured": {**tuned_m.summary(default_m), "changed": changed_knobs(default, tuned)}}
+        # The command per entry: a file may gather keys of several runs (--keys).
+        results[kid] = {"key": key, "params": tuned, "measured": {
+            **tuned_m.summary(default_m), "changed": changed_knobs(default, tuned), "command": command}}
         write_json(state_path, {"identity": identity, "results": results, "sweeps": sweep_report})
         progress.key_done(time.monotonic() - started)
     progress.show("done\n" if progress.done == len(keys) else "budget spent\n")

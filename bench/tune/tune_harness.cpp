@@ -197,22 +197,13 @@ bool load_candidates(const Options &options, std::vector<Candidate> *candidates,
     return true;
 }
 
-CaseSpec key_case(const Options &options) {
-    CaseSpec spec;
-    spec.style = options.style;
-    spec.source = options.source;
-    spec.dtype = options.dtype;
-    spec.head_dim = options.head_dim != 0 ? options.head_dim : kAnyHeadDim;
-    return spec;
-}
-
 // Calls that reach every loop nest of a kernel: each layout specialization, the strided fallback
 // (a one-head BSHD view), token counts that leave tails for any tokens_per_task, extreme values,
 // a packed QKV buffer rotated in place, and for the any-head_dim kernel a partial rotary slice.
-std::vector<CaseSpec> verification_cases(const Options &options) {
+std::vector<CaseSpec> verification_cases(const KernelEntry &key) {
     std::vector<CaseSpec> cases;
     const CaseSpec base = [&] {
-        CaseSpec spec = key_case(options);
+        CaseSpec spec = kernel_case(key, kAnyHeadDim);
         spec.batch = 2;
         spec.seq = 37;
         spec.q_heads = 4;
@@ -234,7 +225,7 @@ std::vector<CaseSpec> verification_cases(const Options &options) {
     CaseSpec packed = base;
     packed.memory = Memory::PackedQkvInPlace;
     cases.push_back(packed);
-    if (options.head_dim == 0) {
+    if (key.head_dim == 0) {
         CaseSpec partial = base;
         partial.head_dim = 96;
         partial.rotary_dim = 64;
@@ -261,8 +252,8 @@ std::string verify(const Candidate &candidate, const std::vector<CaseSpec> &case
     return "";
 }
 
-CaseSpec timed_case(const Options &options, const TimedShape &shape) {
-    CaseSpec spec = key_case(options);
+CaseSpec timed_case(const KernelEntry &key, const TimedShape &shape) {
+    CaseSpec spec = kernel_case(key, kAnyHeadDim);
     spec.batch = shape.batch;
     spec.seq = shape.seq;
     spec.q_heads = kQHeads;
@@ -314,7 +305,7 @@ double time_per_call_ns(const std::function<void()> &call, int64_t calls) {
 
 // Times every verified candidate and the memcpy on one shape; prints a line per timed entry.
 void time_shape(const Options &options, const TimedShape &shape, const std::vector<Candidate> &candidates) {
-    RopeCall call(timed_case(options, shape));
+    RopeCall call(timed_case(candidates.front().entry, shape));
     const rope_params params = call.params();
     const size_t q_bytes = call.q.storage()->bytes.size();
     const size_t k_bytes = call.k.storage()->bytes.size();
@@ -377,7 +368,7 @@ int main(int argc, char **argv) {
                      ropegen::isa_name(options.isa), ropegen::isa_name(ropegen::detected_isa()));
         return 2;
     }
-    const std::vector<CaseSpec> cases = verification_cases(options);
+    const std::vector<CaseSpec> cases = verification_cases(candidates.front().entry);  // all share one key
     for (Candidate &candidate : candidates) {
         candidate.failure = verify(candidate, cases);
         std::printf("{\"candidate\": %s, \"verified\": %s, \"failure\": %s}\n", json_string(candidate.id).c_str(),

@@ -604,6 +604,9 @@ def main(argv=None):
         bench = ModelledBench(build, family, isa, args.jobs, progress.write, args.mca_cpu)
     else:
         parser.error(f"{family} kernels cannot run on this {host_arch} machine, and only aarch64 has a model")
+    if args.full_sweep and bench.judges != MEASURED_KNOBS:
+        parser.error("--full-sweep needs measurements: the model of a target this machine cannot run judges only "
+                     f"{', '.join(bench.judges)}")
     machine = bench.machine()
     out = args.out_dir / family / f"{machine['slug']}.json"
     command = " ".join(["bench/tune/rope_tune.py"] + [shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])])

@@ -206,7 +206,8 @@ def _load_tuned(path, target, halide_version, ropegen_version):
         if path.parent.name != target:
             raise ScheduleError(f"{path}: its directory \"{path.parent.name}\" must be named after its target, \"{target}\"")
         first = {}
-        for index, (entry_where, match, _) in enumerate(entries):
+        for index, (entry_where, match, params) in enumerate(entries):
+            check_cos_sin_placement(f"{entry_where}.params", match, params)
             key = tuple(match[k] for k in MATCH_KEYS)
             if key in first:
                 raise ScheduleError(f"{entry_where}.match: {json.dumps(match)} is also the match of kernels[{first[key]}]; "
@@ -289,7 +290,22 @@ def resolve(entries, key):
                 resolved.setdefault("gpu", {}).update(value)
             else:
                 resolved[name] = value
+    check_cos_sin_placement(f"kernel {key}", key, resolved)
     return resolved
+
+
+def check_cos_sin_placement(where, key, params):
+    """The library's allocation guarantee: before a kernel runs, the dispatcher reserves exactly
+    the scratch of the computed sources' root tables (and nothing for the cache source), so that
+    a failed allocation is reported with no output written. A kernel must allocate nothing more:
+    the cache source reads its tables inline, the computed sources build them at root (`task`
+    tables would be allocated inside the parallel loop)."""
+    placement = params.get("cos_sin_at")  # CPU families only
+    allowed = "inline" if key["source"] == "cache" else "root"
+    if placement is not None and placement != allowed:
+        raise ScheduleError(f"{where}: cos_sin_at {json.dumps(placement)} is not allowed for the {key['source']} source: "
+                            "a kernel may allocate nothing beyond the scratch the dispatcher reserves before it runs; "
+                            f"use {allowed}")
 
 
 def _as_resolved(params):

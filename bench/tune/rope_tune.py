@@ -141,6 +141,10 @@ def core_candidates(key, isa, default, judges=MEASURED_KNOBS):
             continue  # a block wider than a head's pairs is all tail
         if cos_sin_at == "inline" and key["source"] != "cache":
             continue  # computed sources build a table anyway: `inline` means `task` for them
+        try:
+            rk.check_cos_sin_placement("", key, {"cos_sin_at": cos_sin_at})
+        except rk.ScheduleError:
+            continue  # a placement the library does not allow for this key
         if any(knob not in judges and value != default[knob]
                for knob, value in (("vector_pairs", vector_pairs), ("unroll_pairs", unroll_pairs),
                                    ("cos_sin_at", cos_sin_at))):
@@ -420,17 +424,26 @@ class ModelledBench(Workbench):
     def measure(self, key, pool, reps):
         head_bytes = (key["head_dim"] or ANY_HEAD_DIM) * neon_asm.ELEMENT_BYTES[key["dtype"]]
         measurements = []
-        for assembly, _ in self.build_all(key, pool):
+        for (assembly, _), params in zip(self.build_all(key, pool), pool):
             if assembly not in self.scores:  # deterministic: estimated once
                 loops = neon_asm.hot_loops(neon_asm.read_loops(assembly))
                 if not loops:
                     raise SystemExit(f"rope_tune: no rotation hot loop found in {assembly}")
-                self.scores[assembly] = ModelledMeasurement({
-                    f"{loop.function}/{loop.header}": {
-                        "layout": "model", "bytes": 0, "memcpy_ns": 1.0, "spread": 0.0,
-                        "ns": neon_asm.mca_cycles_per_iteration(loop, self.mca_cpu, self.target, str(self.llvm_mca))
-                        * head_bytes / loop.store_bytes()}
-                    for loop in loops})
+                # The check of a candidate that cannot run here: the NEON audit's (vector code,
+                # no spills, ld2/st2 for the interleaved style), which the aarch64 build enforces.
+                problems = [f"{loop.function}: {problem}" for loop in loops
+                            for problem in loop.problems(key["style"] == "interleaved")]
+                if problems:
+                    self.log(f"\nrope_tune: {key_id(key)} candidate {json.dumps(params)} fails the NEON audit: "
+                             f"{problems[0]}\n")
+                    self.scores[assembly] = None
+                else:
+                    self.scores[assembly] = ModelledMeasurement({
+                        f"{loop.function}/{loop.header}": {
+                            "layout": "model", "bytes": 0, "memcpy_ns": 1.0, "spread": 0.0,
+                            "ns": neon_asm.mca_cycles_per_iteration(loop, self.mca_cpu, self.target, str(self.llvm_mca))
+                            * head_bytes / loop.store_bytes()}
+                        for loop in loops})
             measurements.append(self.scores[assembly])
         return measurements
 

@@ -29,7 +29,7 @@ class Landscape:
     """Synthetic timings: a candidate's speed on a shape is a product of one factor per knob, the
     layout knobs counting only on their own group's shapes, so the best schedule is known."""
 
-    BEST_CORE = {"vector_pairs": 32, "unroll_pairs": 2, "cos_sin_at": "task"}
+    BEST_CORE = {"vector_pairs": 32, "unroll_pairs": 2, "cos_sin_at": "inline"}
     BEST_LAYOUT = {"bshd": (4, "inside_tokens"), "bhsd": (32, "outside_tokens"), "sbhd": (2, "inside_tokens"),
                    "strided": (1, "outside_tokens")}
 
@@ -80,7 +80,7 @@ class SearchTest(unittest.TestCase):
         self.assertEqual(tuned, best_params(default))
         self.assertGreater(tuned_m.score(), default_m.score())
         # The point of staging: a fraction of the candidates.
-        self.assertLess(staged_calls * 4, sweep_calls, f"staged {staged_calls} vs full sweep {sweep_calls}")
+        self.assertLess(staged_calls * 3, sweep_calls, f"staged {staged_calls} vs full sweep {sweep_calls}")
 
     def test_a_candidate_failing_its_check_is_never_chosen(self):
         default = default_params()
@@ -142,9 +142,10 @@ class SearchTest(unittest.TestCase):
         cores = rt.core_candidates(KEY, ISA, default)
         self.assertTrue(all(8 <= c["vector_pairs"] <= 32 for c in cores))  # avx512: 16 f32 lanes
         self.assertTrue(all(c["vector_pairs"] * c["unroll_pairs"] <= 64 for c in cores))  # d128: 64 pairs
+        # cos/sin placement: only what the dispatcher reserves scratch for.
         computed = rt.core_candidates({**KEY, "source": "compat"}, ISA, default)
-        self.assertNotIn("inline", {c["cos_sin_at"] for c in computed})
-        self.assertIn("inline", {c["cos_sin_at"] for c in cores})
+        self.assertEqual({c["cos_sin_at"] for c in computed}, {"root"})
+        self.assertEqual({c["cos_sin_at"] for c in cores}, {"inline"})
         small = rt.core_candidates({**KEY, "head_dim": 64}, "sse41", default)
         self.assertTrue(all(2 <= c["vector_pairs"] <= 8 and c["vector_pairs"] * c["unroll_pairs"] <= 32 for c in small))
 

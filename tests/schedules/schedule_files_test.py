@@ -31,7 +31,7 @@ MACHINE = "test-box-f1m2"
 TARGET = "x86-64-avx512"
 RETUNE = f"retune with `python3 bench/tune/rope_tune.py --target {TARGET}` or configure with -DROPEGEN_TUNED_MACHINE=none"
 KEY = {"style": "half", "head_dim": 128, "dtype": "f32", "source": "cache"}
-CPU_PARAMS = {"vector_pairs": 8, "unroll_pairs": 4, "cos_sin_at": "task",
+CPU_PARAMS = {"vector_pairs": 8, "unroll_pairs": 4, "cos_sin_at": "inline",
               "layouts": {layout: {"tokens_per_task": 32, "head_loop": "outside_tokens"} for layout in rk.LAYOUTS}}
 GPU_PARAMS = {"vector_pairs": 2, "gpu": {"threads_per_block": 128, "pair_threads": 64, "tokens_per_block": 4}}
 
@@ -119,6 +119,26 @@ class TunedFileTest(unittest.TestCase):
         with self.assertRaisesRegex(rk.ScheduleError, re.escape(rule)):
             rk.load_tuned_file(path, "cuda-sm86", HALIDE, ROPEGEN)
 
+    def test_cos_sin_placement_must_be_what_the_dispatcher_reserves(self):
+        doc = tuned_doc()
+        for placement in ("task", "root"):  # the cache source reads its tables inline
+            doc["kernels"][0]["params"]["cos_sin_at"] = placement
+            self.assert_rejected(self.write(doc), f'kernels[0].params: cos_sin_at "{placement}" is not allowed for the '
+                                 "cache source", "beyond the scratch the dispatcher reserves", "use inline")
+        doc["kernels"][0]["match"]["source"] = "compat"
+        for placement in ("task", "inline"):  # a computed source builds them at root
+            doc["kernels"][0]["params"]["cos_sin_at"] = placement
+            self.assert_rejected(self.write(doc), f'cos_sin_at "{placement}" is not allowed for the compat source',
+                                 "use root")
+        doc["kernels"][0]["params"]["cos_sin_at"] = "root"
+        rk.load_tuned_file(self.write(doc), TARGET, HALIDE, ROPEGEN)
+        # A default file's wildcard entries resolve to the same rule.
+        entries = rk.load_schedule_file(REPO / "schedules" / f"{TARGET}.json", TARGET)
+        entries.append(("a test entry", {"style": "*", "head_dim": "*", "dtype": "*", "source": "cache"},
+                        {"cos_sin_at": "task"}))
+        with self.assertRaisesRegex(rk.ScheduleError, re.escape('cos_sin_at "task" is not allowed for the cache source')):
+            rk.resolve(entries, KEY)
+
     def test_duplicate_key(self):
         doc = tuned_doc()
         doc["kernels"].append(copy.deepcopy(doc["kernels"][0]))
@@ -201,7 +221,7 @@ class CommandLineTest(unittest.TestCase):
         path = self.write_tuned()
         result, script = self.run_script(MACHINE)
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("vector_pairs=8 unroll_pairs=4 cos_sin_at=task bhsd_tokens_per_task=32 bhsd_head_loop=outside_tokens",
+        self.assertIn("vector_pairs=8 unroll_pairs=4 cos_sin_at=inline bhsd_tokens_per_task=32 bhsd_head_loop=outside_tokens",
                       self.params_line(script))
         self.assertIn(f'message(STATUS "ropegen: {TARGET}: tuned schedule {path} (measured, 2026-11-21)")', script)
 

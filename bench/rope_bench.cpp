@@ -229,14 +229,6 @@ void run_parts(int parts, Task &&task) {
     }
 }
 
-// Part `part` of a copy split into `parts` cache-line-aligned slices.
-void copy_part(const std::byte *src, std::byte *dst, size_t bytes, int part, int parts) {
-    const size_t lines = (bytes + 63) / 64;
-    const size_t begin = std::min(bytes, lines * static_cast<size_t>(part) / static_cast<size_t>(parts) * 64);
-    const size_t end = std::min(bytes, lines * static_cast<size_t>(part + 1) / static_cast<size_t>(parts) * 64);
-    std::memcpy(dst + begin, src + begin, end - begin);
-}
-
 // The memcpy baseline: q -> q_out and k -> k_out, each split evenly over the threads.
 void memcpy_qk(const Workspace &ws, int threads) {
     run_parts(threads, [&](int part) {

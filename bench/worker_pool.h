@@ -7,9 +7,12 @@
 // reasons that have nothing to do with the work.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -50,5 +53,14 @@ private:
     int parts_ = 0;
     bool stop_ = false;
 };
+
+/// Part `part` of a copy of `bytes` split into `parts` cache-line-aligned slices: the memcpy
+/// baseline at more than one thread (rope_bench, the tuner's harness).
+inline void copy_part(const void *src, void *dst, size_t bytes, int part, int parts) {
+    const size_t lines = (bytes + 63) / 64;
+    const size_t begin = std::min(bytes, lines * static_cast<size_t>(part) / static_cast<size_t>(parts) * 64);
+    const size_t end = std::min(bytes, lines * static_cast<size_t>(part + 1) / static_cast<size_t>(parts) * 64);
+    std::memcpy(static_cast<std::byte *>(dst) + begin, static_cast<const std::byte *>(src) + begin, end - begin);
+}
 
 }  // namespace ropebench

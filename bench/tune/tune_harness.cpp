@@ -271,14 +271,9 @@ CaseSpec timed_case(const KernelEntry &key, const TimedShape &shape) {
 // (rope_set_parallel_runner's rule), else every core (its pool's default).
 constexpr size_t kSerialCallBytes = size_t{4} << 20;
 
-// dst = src on `pool`'s threads, each copying a cache-line-aligned slice.
+// dst = src on `pool`'s threads.
 void parallel_copy(ropebench::WorkerPool &pool, int threads, uint8_t *dst, const uint8_t *src, size_t bytes) {
-    auto part = [&](int index) {
-        const size_t lines = (bytes + 63) / 64;
-        const size_t begin = std::min(bytes, lines * static_cast<size_t>(index) / static_cast<size_t>(threads) * 64);
-        const size_t end = std::min(bytes, lines * static_cast<size_t>(index + 1) / static_cast<size_t>(threads) * 64);
-        std::memcpy(dst + begin, src + begin, end - begin);
-    };
+    auto part = [&](int index) { ropebench::copy_part(src, dst, bytes, index, threads); };
     pool.run(threads, part);
 }
 

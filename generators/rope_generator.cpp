@@ -17,6 +17,7 @@
 #include "Halide.h"
 #include "rope_math.h"
 #include "rope_schedule.h"
+#include "ropegen/rope.h"
 
 namespace ropegen {
 namespace {
@@ -79,6 +80,18 @@ public:
         sin_sign_ = add_input<float>("sin_sign");
         rotary_offset_ = add_input<int32_t>("rotary_offset");
         rotary_pairs_ = add_input<int32_t>("rotary_pairs");
+        scaling_type_ = add_input<int32_t>("scaling_type");
+        scaling_factor_ = add_input<float>("scaling_factor");
+        original_max_positions_ = add_input<int32_t>("original_max_positions");
+        low_freq_factor_ = add_input<float>("low_freq_factor");
+        high_freq_factor_ = add_input<float>("high_freq_factor");
+        beta_fast_ = add_input<float>("beta_fast");
+        beta_slow_ = add_input<float>("beta_slow");
+        yarn_truncate_ = add_input<bool>("yarn_truncate");
+        short_factor_ = add_input<Buffer<float, 1>>("short_factor");
+        long_factor_ = add_input<Buffer<float, 1>>("long_factor");
+        given_inv_freq_ = add_input<Buffer<float, 1>>("given_inv_freq");
+        round_cos_sin_ = add_input<bool>("round_cos_sin");
         for (const char *tensor : {"q", "k"}) {
             outputs_.push_back({add_output<Buffer<>>(std::string(tensor) + "_rotated", dtype, 5),
                                 add_output<Buffer<>>(std::string(tensor) + "_lead", dtype, 4),
@@ -91,10 +104,8 @@ public:
         // Token positions: an explicit table, or offset[batch] + seq (spec §5).
         position_(v.seq, v.batch) = select(*positions_given_, (*positions_)(v.seq, v.batch), 0) + *position_base_ +
                                     v.seq * (*position_step_);
-        if (source == Source::Compat) {
-            inv_freq_(v.pair) = compat_inv_freq(v.pair, *base_, 2 * rotary_pairs());
-        } else if (source == Source::Precise) {
-            inv_freq_(v.pair) = precise_inv_freq(v.pair, *base_, 2 * rotary_pairs());
+        if (source != Source::Cache) {
+            define_inv_freq();
         }
         define_cos_sin();
         tensors_.push_back(rotate_tensor("q", *q_, outputs_[0]));
@@ -158,6 +169,9 @@ private:
         if (inv_freq_.defined()) {
             inv_freq_.compute_root().vectorize(RopeVars().pair, vector_pairs, TailStrategy::GuardWithIf);
         }
+        if (sequence_length_.defined()) {
+            sequence_length_.compute_root();
+        }
         // Computed angles are never inlined: that would evaluate sin/cos once per head.
         const CosSinAt angles_at = source != Source::Cache && cos_sin_at == CosSinAt::Inline ? CosSinAt::Task : cos_sin_at;
         const RopeSchedule knobs{vector_pairs, unroll_pairs, angles_at, bshd.value(), bhsd.value(), sbhd.value(), strided.value()};
@@ -204,6 +218,37 @@ private:
         GeneratorOutput<Buffer<>> *rotated, *lead, *tail;
     };
 
+    // inv_freq(pair, row) of a computed source (spec §1, §5, §6). Scalings that depend on the
+    // length of a sequence (its largest position + 1) get a row per batch item; the others one
+    // row: the row of batch item b is b * length_rows, which bounds inference evaluates at run
+    // time, so a call without such a scaling computes a single row.
+    void define_inv_freq() {
+        const RopeVars v;
+        // CUDA calls take no scaling (runtime/src/validate.cpp): their kernels compute the plain
+        // frequencies, inline, with no per-sequence reduction.
+        const bool scaled = !get_target().has_gpu_feature();
+        // A table the call's scaling does not read is a one-element placeholder (the selects of
+        // scaled_inv_freq evaluate every branch): reads are clamped into it, once per pair.
+        auto at_pair = [&](const auto &table) { return (*table)(clamp(v.pair, 0, table->dim(0).extent() - 1)); };
+        const Scaling scaling{scaled ? Expr(*scaling_type_) : Expr(ROPE_SCALING_NONE),
+                              *scaling_factor_, *original_max_positions_, *low_freq_factor_, *high_freq_factor_,
+                              *beta_fast_, *beta_slow_, *yarn_truncate_, at_pair(short_factor_), at_pair(long_factor_),
+                              at_pair(given_inv_freq_)};
+        Expr length = 0;
+        if (scaled) {
+            const RDom token(0, positions_->dim(0).extent());
+            sequence_length_(v.batch) = maximum(position_(token, v.batch)) + 1;
+            length = sequence_length_(v.row);
+            length_rows_ = select(depends_on_length(scaling), 1, 0);
+        }
+        inv_freq_(v.pair, v.row) = scaled_inv_freq(source == Source::Compat, v.pair, *base_, 2 * rotary_pairs(), scaling, length);
+    }
+
+    // The inv_freq row of batch item `batch`.
+    Expr inv_freq_row(const Expr &batch) const {
+        return length_rows_.defined() ? batch * length_rows_ : Expr(0);
+    }
+
     // cos and sin of every (pair, token), with the inverse direction's sign folded into sin.
     void define_cos_sin() {
         const RopeVars v;
@@ -225,15 +270,21 @@ private:
                 c = select(*narrow_tables_, read(*cos_table_narrow_), c);
                 s = select(*narrow_tables_, read(*sin_table_narrow_), s);
             }
-            cs(v.pair, v.seq, v.batch) = {c, s * (*sin_sign_)};
+            cs(v.pair, v.seq, v.batch) = {rounded_to_dtype(c), rounded_to_dtype(s) * (*sin_sign_)};
             return;
         }
         // compat: the f32 angle transformers computes; precise: the angle in f64.
-        const Expr angle = source == Source::Compat ? cast<double>(cast<float>(position) * inv_freq_(v.pair))
-                                                    : cast<double>(position) * inv_freq_(v.pair);
+        const Expr inv_freq = inv_freq_(v.pair, inv_freq_row(v.batch));
+        const Expr angle = source == Source::Compat ? cast<double>(cast<float>(position) * inv_freq)
+                                                    : cast<double>(position) * inv_freq;
         const auto [sin_value, cos_value] = sin_cos(angle);
-        cs(v.pair, v.seq, v.batch) = {cast<float>(cos_value) * (*attn_factor_),
-                                      cast<float>(sin_value) * ((*attn_factor_) * (*sin_sign_))};
+        cs(v.pair, v.seq, v.batch) = {rounded_to_dtype(cast<float>(cos_value) * (*attn_factor_)),
+                                      rounded_to_dtype(cast<float>(sin_value) * (*attn_factor_)) * (*sin_sign_)};
+    }
+
+    // The parity mode (spec §4): c and s rounded to the tensors' dtype, as transformers does.
+    Expr rounded_to_dtype(const Expr &value) const {
+        return dtype == Float(32) ? value : select(*round_cos_sin_, widen(narrow(value)), value);
     }
 
     RotatedTensorFuncs rotate_tensor(const std::string &name, const GeneratorInput<Buffer<>> &x, const TensorOutputs &out) {
@@ -269,12 +320,18 @@ private:
     GeneratorInput<Buffer<int32_t, 2>> *positions_ = nullptr;
     GeneratorInput<Buffer<float, 2>> *cos_table_ = nullptr, *sin_table_ = nullptr;
     GeneratorInput<Buffer<>> *cos_table_narrow_ = nullptr, *sin_table_narrow_ = nullptr;
-    GeneratorInput<bool> *narrow_tables_ = nullptr, *positions_given_ = nullptr;
+    GeneratorInput<bool> *narrow_tables_ = nullptr, *positions_given_ = nullptr, *yarn_truncate_ = nullptr,
+                         *round_cos_sin_ = nullptr;
+    GeneratorInput<int32_t> *scaling_type_ = nullptr, *original_max_positions_ = nullptr;
+    GeneratorInput<float> *scaling_factor_ = nullptr, *low_freq_factor_ = nullptr, *high_freq_factor_ = nullptr,
+                          *beta_fast_ = nullptr, *beta_slow_ = nullptr;
+    GeneratorInput<Buffer<float, 1>> *short_factor_ = nullptr, *long_factor_ = nullptr, *given_inv_freq_ = nullptr;
     GeneratorInput<int32_t> *position_base_ = nullptr, *position_step_ = nullptr, *rotary_offset_ = nullptr, *rotary_pairs_ = nullptr;
     GeneratorInput<double> *base_ = nullptr;
     GeneratorInput<float> *attn_factor_ = nullptr, *sin_sign_ = nullptr;
     std::vector<TensorOutputs> outputs_;
-    Func position_{"position"}, inv_freq_{"inv_freq"}, cos_sin_{"cos_sin"};
+    Func position_{"position"}, sequence_length_{"sequence_length"}, inv_freq_{"inv_freq"}, cos_sin_{"cos_sin"};
+    Expr length_rows_;  // 1 when inv_freq has a row per batch item, else 0 (see define_inv_freq)
     std::vector<RotatedTensorFuncs> tensors_;
 };
 

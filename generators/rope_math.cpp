@@ -2,6 +2,10 @@
 // The RoPE mathematics as Halide expressions (see rope_math.h).
 #include "rope_math.h"
 
+#include <cmath>
+
+#include "ropegen/rope.h"
+
 namespace ropegen {
 
 using Halide::cast;
@@ -41,15 +45,73 @@ Expr power_f64(const Expr &base, const Expr &exponent) {
 
 }  // namespace
 
-Expr compat_inv_freq(const Expr &pair, const Expr &base, const Expr &rotary_dim) {
-    Expr exponent = cast<float>(2 * pair) / cast<float>(rotary_dim);
-    Expr power = cast<float>(power_f64(cast<double>(cast<float>(base)), cast<double>(exponent)));
-    return 1.0f / power;
+Expr depends_on_length(const Scaling &scaling) {
+    return scaling.type == ROPE_SCALING_DYNAMIC || scaling.type == ROPE_SCALING_LONGROPE;
 }
 
-Expr precise_inv_freq(const Expr &pair, const Expr &base, const Expr &rotary_dim) {
-    Expr exponent = cast<double>(2 * pair) / cast<double>(rotary_dim);
-    return f64(1.0) / power_f64(cast<double>(base), exponent);
+Expr scaled_inv_freq(bool compat, const Expr &pair, const Expr &base, const Expr &rotary_dim, const Scaling &sc,
+                     const Expr &length) {
+    // compat computes in f32 where transformers does (torch tensors) and in f64 where it uses
+    // Python floats (scalars of the config), converting at the same points. Not strict_float
+    // (it multiplies generation time by 50): the backend may fuse a multiply-add, an ulp of
+    // inv_freq that spec §7's bound against transformers allows.
+    const Halide::Type real = compat ? Halide::Float(32) : Halide::Float(64);
+    auto to_real = [&](const Expr &value) { return cast(real, value); };
+    auto pow_real = [&](const Expr &x, const Expr &y) {  // powf / pow, x > 0
+        return to_real(power_f64(cast<double>(x), cast<double>(y)));
+    };
+    const Expr one = to_real(1), two_pi = to_real(f64(2 * M_PI));
+    const Expr rotary = cast<double>(rotary_dim), orig = cast<double>(sc.original_max);
+    const Expr factor = to_real(sc.factor);
+
+    // DYNAMIC: a sequence longer than orig rotates with base' = base * (f*L/orig - (f-1))^(R/(R-2)).
+    const Expr longer = length > sc.original_max;
+    Expr grown = compat ? to_real(sc.factor) * cast<float>(length) / cast<float>(sc.original_max) -
+                              cast<float>(cast<double>(sc.factor) - 1)
+                        : cast<double>(sc.factor) * cast<double>(length) / orig - (cast<double>(sc.factor) - 1);
+    grown = to_real(base) * pow_real(grown, to_real(rotary / (rotary - 2)));
+    const Expr dynamic_base = select(sc.type == ROPE_SCALING_DYNAMIC && longer, grown, to_real(base));
+
+    // base^(2i/R) and the unscaled inv_freq (spec §1, §5).
+    const Expr exponent = compat ? Expr(cast<float>(2 * pair) / cast<float>(rotary_dim)) : Expr(cast<double>(2 * pair) / rotary);
+    const Expr pos_freq = pow_real(dynamic_base, exponent);
+    const Expr inv_freq = one / pos_freq;
+
+    // YARN: interpolation (inv_freq / f) ramped into extrapolation (inv_freq) between the pairs that
+    // turn beta_fast and beta_slow times over orig positions.
+    auto correction = [&](const Expr &rotations) {
+        return rotary * Halide::log(orig / (cast<double>(rotations) * f64(2 * M_PI))) / (2 * Halide::log(cast<double>(base)));
+    };
+    Expr low = correction(sc.beta_fast), high = correction(sc.beta_slow);
+    low = Halide::max(select(sc.yarn_truncate, Halide::floor(low), low), f64(0));
+    high = Halide::min(select(sc.yarn_truncate, Halide::ceil(high), high), rotary - 1);
+    high = select(low == high, high + f64(0.001), high);
+    const Expr ramp = Halide::clamp((to_real(pair) - to_real(low)) / to_real(high - low), to_real(0), one);
+    const Expr extrapolation = one - ramp;
+    const Expr yarn = (one / (factor * pos_freq)) * (one - extrapolation) + inv_freq * extrapolation;
+
+    // LONGROPE: per-pair factors, long ones for a sequence longer than orig.
+    const Expr longrope = one / (to_real(select(longer, sc.long_factor, sc.short_factor)) * pos_freq);
+
+    // LLAMA3: wavelengths beyond orig/low_freq_factor are interpolated, those below
+    // orig/high_freq_factor kept, smoothly in between.
+    const Expr wavelen = two_pi / inv_freq;
+    const Expr low_wavelen = to_real(orig / cast<double>(sc.low_freq_factor));
+    const Expr high_wavelen = to_real(orig / cast<double>(sc.high_freq_factor));
+    const Expr interpolated = select(wavelen > low_wavelen, inv_freq / factor, inv_freq);
+    const Expr smooth = (to_real(orig) / wavelen - to_real(sc.low_freq_factor)) /
+                        to_real(cast<double>(sc.high_freq_factor) - cast<double>(sc.low_freq_factor));
+    const Expr smoothed = (one - smooth) * interpolated / factor + smooth * interpolated;
+    const Expr medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+    const Expr llama3 = select(medium, smoothed, interpolated);
+
+    const Expr scaled = select(sc.type == ROPE_SCALING_LINEAR, inv_freq / factor,     //
+                               sc.type == ROPE_SCALING_YARN, yarn,                    //
+                               sc.type == ROPE_SCALING_LONGROPE, longrope,            //
+                               sc.type == ROPE_SCALING_LLAMA3, llama3,                //
+                               sc.type == ROPE_SCALING_INV_FREQ, to_real(sc.given_inv_freq),  //
+                               inv_freq);                                             // NONE, DYNAMIC
+    return scaled;
 }
 
 std::pair<Expr, Expr> sin_cos(const Expr &angle) {

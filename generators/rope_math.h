@@ -8,13 +8,27 @@
 
 namespace ropegen {
 
-/// inv_freq[i] = base^(-2i/R) the way transformers computes it in float32 (spec §5 `compat`):
-/// f32(1 / f32(powf(base, f32(2i)/R))). powf is evaluated in f64 (to ~2^-48) and rounded once,
-/// as a good libm's powf rounds.
-Halide::Expr compat_inv_freq(const Halide::Expr &pair, const Halide::Expr &base, const Halide::Expr &rotary_dim);
+/// The frequency scaling of a call (spec §6), as the kernel's scalar inputs; `type` holds a
+/// rope_scaling_type. Validation (runtime/src/validate.cpp) has applied the defaults.
+struct Scaling {
+    Halide::Expr type;                               ///< int32
+    Halide::Expr factor;                             ///< f32: LINEAR, DYNAMIC, YARN, LLAMA3
+    Halide::Expr original_max;                       ///< int32: DYNAMIC, YARN, LONGROPE, LLAMA3
+    Halide::Expr low_freq_factor, high_freq_factor;  ///< f32: LLAMA3
+    Halide::Expr beta_fast, beta_slow;               ///< f32: YARN
+    Halide::Expr yarn_truncate;                      ///< bool: YARN
+    Halide::Expr short_factor, long_factor;          ///< f32 of the pair: LONGROPE
+    Halide::Expr given_inv_freq;                     ///< f32 of the pair: INV_FREQ
+};
 
-/// inv_freq[i] = base^(-2i/R) in f64 (spec §5 `precise`).
-Halide::Expr precise_inv_freq(const Halide::Expr &pair, const Halide::Expr &base, const Halide::Expr &rotary_dim);
+/// True for the scalings whose frequencies depend on the length of the sequence (DYNAMIC, LONGROPE).
+Halide::Expr depends_on_length(const Scaling &scaling);
+
+/// inv_freq of `pair` under `scaling`, for a sequence of `length` tokens (its largest position + 1;
+/// read only when depends_on_length). compat: f32, following transformers' float32 arithmetic
+/// step by step (modeling_rope_utils.py); precise: f64, the formulas of spec §6.
+Halide::Expr scaled_inv_freq(bool compat, const Halide::Expr &pair, const Halide::Expr &base,
+                             const Halide::Expr &rotary_dim, const Scaling &scaling, const Halide::Expr &length);
 
 /// sin and cos of an f64 angle |angle| < 2^31, both f64, vectorizable (no libm call). The angle
 /// is reduced by k*pi/2 with a four-part Cody-Waite constant whose parts are exact when multiplied

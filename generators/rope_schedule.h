@@ -15,6 +15,7 @@ struct RopeVars {
     Halide::Var head{"head"};
     Halide::Var seq{"seq"};
     Halide::Var batch{"batch"};
+    Halide::Var row{"row"};      ///< inv_freq row: a batch item, or 0 for frequencies the call shares
 };
 
 /// Where cos/sin are evaluated: per parallel task (a table of the task's tokens, one per tensor),

@@ -209,23 +209,31 @@ rope_status begin(const rope_params *params, rope_report *report, ValidCall *cal
     return finish(report, status, message);
 }
 
+// True for the scalings whose frequencies follow each sequence's length (spec §6).
+bool per_sequence_scaling(const rope_params &p) {
+    return p.scaling.type == ROPE_SCALING_DYNAMIC || p.scaling.type == ROPE_SCALING_LONGROPE;
+}
+
 // The scratch the generated kernels allocate (generators/rope_generator.cpp): with a computed
-// source, inv_freq (P floats or doubles; on the stack in fixed head_dim kernels) and, as the
-// schedules place it (cos_sin_at=root), one f32 cos and one f32 sin table of every token of a run.
-// Reserved before the kernel runs, an allocation failure is an error before any output is
-// written; fault_injection_test checks that no built kernel allocates beyond it. A kernel that
-// does is still safe where it allocates outside its parallel loops (see halide_glue.cpp).
-size_t kernel_scratch_bytes(const ValidCall &call, int64_t tokens) {
+// source, the length of each sequence and inv_freq (P floats or doubles a row: one row, or one
+// per batch item for a per-sequence scaling) and, as the schedules place it (cos_sin_at=root),
+// one f32 cos and one f32 sin table of every token of a run. Reserved before the kernel runs, an
+// allocation failure is an error before any output is written; fault_injection_test checks that
+// no built kernel allocates beyond it. A kernel that does is still safe where it allocates outside
+// its parallel loops (see halide_glue.cpp).
+size_t kernel_scratch_bytes(const ValidCall &call, int64_t batch, int64_t seq) {
     if (call.params.angles.source == ROPE_SOURCE_CACHE) {
         return 0;
     }
     const size_t pairs = static_cast<size_t>(call.rotary_dim / 2);
+    const size_t rows = per_sequence_scaling(call.params) ? static_cast<size_t>(batch) : 1;
     size_t table = 0;
-    if (__builtin_mul_overflow(pairs * sizeof(float), static_cast<size_t>(tokens), &table) ||
+    if (__builtin_mul_overflow(pairs * sizeof(float), static_cast<size_t>(batch * seq), &table) ||
         table > std::numeric_limits<size_t>::max() / 4) {
         return std::numeric_limits<size_t>::max();  // no allocator can serve it: reported as out of memory
     }
-    return scratch_slot_bytes(pairs * sizeof(double)) + 2 * scratch_slot_bytes(table);
+    return scratch_slot_bytes(rows * sizeof(int32_t)) + scratch_slot_bytes(rows * pairs * sizeof(double)) +
+           2 * scratch_slot_bytes(table);
 }
 
 // What went wrong inside a kernel, and what it means for the outputs. Only a failure of a loop
@@ -323,14 +331,33 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
         t->set(1, 0, used ? rows : 1, used ? row_stride : 0);
     }
     const float sin_sign = p.direction == ROPE_INVERSE ? -1.0f : 1.0f;
+
+    // Per-pair tables of the scaling (spec §6): the one its type reads; the others, placeholders.
+    const rope_scaling &sc = p.scaling;
+    auto scaling_table = [&](const float *values, rope_scaling_type type) {
+        const bool used = sc.type == type && values != nullptr;
+        Buffer table(used ? const_cast<float *>(values) : placeholder, f32, 1);
+        table.set(0, 0, used ? pairs : 1, 1);
+        return table;
+    };
+    Buffer short_factor = scaling_table(sc.short_factor, ROPE_SCALING_LONGROPE);
+    Buffer long_factor = scaling_table(sc.long_factor, ROPE_SCALING_LONGROPE);
+    Buffer given_inv_freq = scaling_table(sc.inv_freq, ROPE_SCALING_INV_FREQ);
     // A CPU call this small finishes before a second thread would wake: run it on the caller's.
     const int64_t bytes_moved = 2 * (p.q.sizes[0] * p.q.sizes[1]) * (p.q.sizes[2] + (call.has_k ? p.k.sizes[2] : 0)) *
                                 call.head_dim * static_cast<int64_t>(halide_type(p.q.dtype).bytes());
     CallContext context(report, p.num_threads == 0 && bytes_moved < kSerialCallBytes ? 1 : p.num_threads);
     context.cuda_context = cuda.context;
     context.cuda_stream = cuda.stream;
-    const int64_t slice_tokens = (slice_axis[0] ? 1 : batch) * (slice_axis[1] ? 1 : seq);
-    if (const size_t scratch = on_device ? 0 : kernel_scratch_bytes(call, slice_tokens); !context.reserve_scratch(scratch)) {
+    // A kernel measures a sequence's length on the tokens it is given (spec §6).
+    if (slice_axis[1] && per_sequence_scaling(p)) {
+        return finish(report, ROPE_ERR_UNSUPPORTED,
+                      "scaling.type=" + std::to_string(p.scaling.type) +
+                          " (per-sequence lengths) with a sequence axis whose stride exceeds 2^31 elements: "
+                          "the call would be split along it and each part measure its own length");
+    }
+    const size_t scratch = on_device ? 0 : kernel_scratch_bytes(call, slice_axis[0] ? 1 : batch, slice_axis[1] ? 1 : seq);
+    if (!context.reserve_scratch(scratch)) {
         return finish(report, ROPE_ERR_INTERNAL,
                       "out of memory: could not reserve " + std::to_string(scratch) +
                           " bytes of cos/sin scratch for kernel " + kernel.name + "; no output was written");
@@ -358,7 +385,7 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
                 [[maybe_unused]] halide_buffer_t *buffers[] = {&q.input.raw,    &k.input.raw,    &positions.raw,  &cos_table.raw,
                                               &sin_table.raw,  &cos_narrow.raw, &sin_narrow.raw, &q.rotated.raw,
                                               &q.lead.raw,     &q.tail.raw,     &k.rotated.raw,  &k.lead.raw,
-                                              &k.tail.raw};
+                                              &k.tail.raw,     &short_factor.raw, &long_factor.raw, &given_inv_freq.raw};
                 int result = 0;
 #if ROPEGEN_CUDA
                 for (halide_buffer_t *buffer : buffers) {
@@ -370,7 +397,11 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
                     result = kernel.function(&context, &q.input.raw, &k.input.raw, &positions.raw, positions_given,
                                              position_base, position_step, &cos_table.raw, &sin_table.raw, &cos_narrow.raw,
                                              &sin_narrow.raw, narrow, call.base, call.attn_factor, sin_sign,
-                                             call.rotary_offset, static_cast<int32_t>(pairs), &q.rotated.raw, &q.lead.raw,
+                                             call.rotary_offset, static_cast<int32_t>(pairs), sc.type, sc.factor,
+                                             static_cast<int32_t>(sc.original_max_positions), sc.low_freq_factor,
+                                             sc.high_freq_factor, call.beta_fast, call.beta_slow, sc.yarn_no_truncate == 0,
+                                             &short_factor.raw, &long_factor.raw, &given_inv_freq.raw, p.round_cos_sin != 0,
+                                             &q.rotated.raw, &q.lead.raw,
                                              &q.tail.raw, &k.rotated.raw, &k.lead.raw, &k.tail.raw);
                 }
 #if ROPEGEN_CUDA

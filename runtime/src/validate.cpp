@@ -19,10 +19,22 @@ namespace {
 
 constexpr int64_t kMaxPosition = std::numeric_limits<int32_t>::max();  // kernels index with int32
 
-// rope_params as ABI version 1 first shipped it: fields up to num_threads, padded to the struct's
-// 8-byte alignment. Its callers get the fields appended since (device, stream) as zeros.
-constexpr size_t kFirstParamsFields = offsetof(rope_params, device);
-constexpr uint32_t kFirstParamsSize = (kFirstParamsFields + alignof(rope_params) - 1) / alignof(rope_params) * alignof(rope_params);
+// The layouts of rope_params that ABI version 1 has had, oldest first: the bytes its callers
+// fill (the fields up to the first one appended after it) and its size (padded to the struct's
+// 8-byte alignment). Their callers get the fields appended since as zeros.
+constexpr size_t padded_params_size(size_t fields) {
+    return (fields + alignof(rope_params) - 1) / alignof(rope_params) * alignof(rope_params);
+}
+struct ParamsLayout {
+    size_t fields;
+    uint32_t size;
+    const char *note;
+};
+constexpr ParamsLayout kParamsLayouts[] = {
+    {offsetof(rope_params, device), padded_params_size(offsetof(rope_params, device)), "before device and stream"},
+    {offsetof(rope_params, scaling), padded_params_size(offsetof(rope_params, scaling)), "before scaling and round_cos_sin"},
+    {sizeof(rope_params), sizeof(rope_params), "this header's"},
+};
 
 // Accumulates a message; `fail(status) << ...` reads like the rule it reports. The stream is
 // built only on failure: a valid call (the hot path) pays nothing for it.
@@ -180,6 +192,124 @@ void check_tensor(Failure &f, const char *name, const rope_tensor &t) {
 
 // Positions must lie in [0, limit) (spec §5); reads each table entry once. Positions in device
 // memory (`readable` false) are not read: the kernels clamp them (see rope_params.device).
+// transformers' YaRN attention scale g(f, m) (spec §6).
+double yarn_mscale(double factor, double mscale) {
+    return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
+
+// Frequency scaling (spec §6): the fields each type reads, and the attention factor YaRN and
+// LongRoPE derive when the caller gives none (a scalar, so derived here, once per call).
+void check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_device) {
+    const rope_scaling &sc = p.scaling;
+    const int32_t type = enum_value(sc.type);
+    if (type < ROPE_SCALING_NONE || type > ROPE_SCALING_INV_FREQ) {
+        f.fail(ROPE_ERR_BAD_ENUM) << "scaling.type=" << type
+                                  << " is not a rope_scaling_type (0 none, 1 linear, 2 dynamic, 3 yarn, 4 longrope, 5 llama3, 6 inv_freq)";
+        return;
+    }
+    if (type == ROPE_SCALING_NONE) {
+        return;
+    }
+    if (p.angles.source == ROPE_SOURCE_CACHE) {
+        f.fail(ROPE_ERR_BAD_VALUE) << "scaling.type=" << type
+                                   << " needs a computed source (angles.source compat or precise): a cos/sin cache already "
+                                      "holds scaled values (build it with rope_build_cos_sin_cache)";
+        return;
+    }
+    if (on_device) {
+        f.fail(ROPE_ERR_UNSUPPORTED) << "scaling.type=" << type << ": CUDA calls support ROPE_SCALING_NONE only; "
+                                     << "use the cache source with a table built by rope_build_cos_sin_cache";
+        return;
+    }
+    auto positive = [&](const char *name, double value) {
+        if (!f.failed() && !(value > 0 && std::isfinite(value))) {
+            f.fail(ROPE_ERR_BAD_VALUE) << "scaling." << name << "=" << value << " must be finite and > 0 (spec §6)";
+        }
+    };
+    auto positions = [&](const char *name, int64_t value) {
+        if (!f.failed() && (value <= 0 || value > kMaxPosition)) {
+            f.fail(ROPE_ERR_BAD_VALUE) << "scaling." << name << "=" << value << " must be in [1, 2^31) (spec §6)";
+        }
+    };
+    const int64_t pairs = call->rotary_dim / 2;
+    auto table = [&](const char *name, const float *values, bool any_finite) {
+        if (f.failed()) {
+            return;
+        }
+        if (values == nullptr) {
+            f.fail(ROPE_ERR_NULL_POINTER) << "scaling." << name << " is NULL; scaling.type=" << type << " reads rotary_dim/2="
+                                          << pairs << " values from it";
+            return;
+        }
+        for (int64_t i = 0; i < pairs; i++) {
+            if (!std::isfinite(values[i]) || (!any_finite && !(values[i] > 0))) {
+                f.fail(ROPE_ERR_BAD_VALUE) << "scaling." << name << "[" << i << "]=" << values[i] << " must be finite"
+                                           << (any_finite ? "" : " and > 0") << " (spec §6)";
+                return;
+            }
+        }
+    };
+    double attn_factor = 1.0;
+    switch (type) {
+    case ROPE_SCALING_LINEAR:
+        positive("factor", sc.factor);
+        break;
+    case ROPE_SCALING_DYNAMIC:
+        positive("factor", sc.factor);
+        positions("original_max_positions", sc.original_max_positions);
+        if (!f.failed() && call->rotary_dim < 4) {
+            f.fail(ROPE_ERR_BAD_ROTARY) << "rotary_dim=" << call->rotary_dim
+                                        << ": dynamic scaling raises base to R/(R-2), so rotary_dim must be >= 4 (spec §6)";
+        }
+        break;
+    case ROPE_SCALING_YARN: {
+        positive("factor", sc.factor);
+        positions("original_max_positions", sc.original_max_positions);
+        call->beta_fast = sc.beta_fast != 0 ? sc.beta_fast : 32.0f;
+        call->beta_slow = sc.beta_slow != 0 ? sc.beta_slow : 1.0f;
+        positive("beta_fast", call->beta_fast);
+        positive("beta_slow", call->beta_slow);
+        for (const auto &[name, value] : {std::pair{"mscale", sc.mscale}, std::pair{"mscale_all_dim", sc.mscale_all_dim}}) {
+            if (!f.failed() && !(value >= 0 && std::isfinite(value))) {
+                f.fail(ROPE_ERR_BAD_VALUE) << "scaling." << name << "=" << value << " must be finite and >= 0 (0: not given)";
+            }
+        }
+        attn_factor = sc.mscale != 0 && sc.mscale_all_dim != 0
+                          ? yarn_mscale(sc.factor, sc.mscale) / yarn_mscale(sc.factor, sc.mscale_all_dim)
+                          : yarn_mscale(sc.factor, 1.0);
+        break;
+    }
+    case ROPE_SCALING_LONGROPE: {
+        positions("original_max_positions", sc.original_max_positions);
+        if (!f.failed() && sc.max_positions < 0) {
+            f.fail(ROPE_ERR_BAD_VALUE) << "scaling.max_positions=" << sc.max_positions << " must be >= 0 (0: original_max_positions)";
+        }
+        table("short_factor", sc.short_factor, false);
+        table("long_factor", sc.long_factor, false);
+        const double ratio = sc.max_positions != 0 ? static_cast<double>(sc.max_positions) / sc.original_max_positions : 1.0;
+        attn_factor = ratio > 1 ? std::sqrt(1 + std::log(ratio) / std::log(static_cast<double>(sc.original_max_positions))) : 1.0;
+        break;
+    }
+    case ROPE_SCALING_LLAMA3:
+        positive("factor", sc.factor);
+        positions("original_max_positions", sc.original_max_positions);
+        positive("low_freq_factor", sc.low_freq_factor);
+        positive("high_freq_factor", sc.high_freq_factor);
+        if (!f.failed() && !(sc.high_freq_factor > sc.low_freq_factor)) {
+            f.fail(ROPE_ERR_BAD_VALUE) << "scaling.high_freq_factor=" << sc.high_freq_factor << " must be > low_freq_factor="
+                                       << sc.low_freq_factor << " (spec §6)";
+        }
+        break;
+    case ROPE_SCALING_INV_FREQ:
+        table("inv_freq", sc.inv_freq, true);
+        break;
+    }
+    // A caller's attn_factor is transformers' attention_factor: it replaces the derived one.
+    if (p.angles.attn_factor == 0) {
+        call->attn_factor = static_cast<float>(attn_factor);
+    }
+}
+
 void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64_t seq, int64_t limit,
                      const char *limit_rule, bool readable) {
     if (enum_value(pos.kind) != ROPE_POSITIONS_OFFSET && enum_value(pos.kind) != ROPE_POSITIONS_TABLE) {
@@ -276,13 +406,19 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
                                       << ROPE_ABI_VERSION;
         return f.finish();
     }
-    if (user->struct_size != sizeof(rope_params) && user->struct_size != kFirstParamsSize) {
-        f.fail(ROPE_ERR_ABI_MISMATCH) << "params.struct_size=" << user->struct_size << " is not a rope_params size this library knows ("
-                                      << sizeof(rope_params) << ", or " << kFirstParamsSize << " before device and stream)";
+    const ParamsLayout *layout = std::find_if(std::begin(kParamsLayouts), std::end(kParamsLayouts),
+                                              [&](const ParamsLayout &l) { return l.size == user->struct_size; });
+    if (layout == std::end(kParamsLayouts)) {
+        auto &out = f.fail(ROPE_ERR_ABI_MISMATCH);
+        out << "params.struct_size=" << user->struct_size << " is not a rope_params size this library knows (";
+        for (const ParamsLayout &l : kParamsLayouts) {
+            out << (&l == kParamsLayouts ? "" : ", ") << l.size << " " << l.note;
+        }
+        out << ")";
         return f.finish();
     }
     std::memset(&call->params, 0, sizeof(call->params));
-    std::memcpy(&call->params, user, user->struct_size == kFirstParamsSize ? kFirstParamsFields : sizeof(rope_params));
+    std::memcpy(&call->params, user, layout->fields);
     const rope_params &p = call->params;
 
     if (enum_value(p.device) != ROPE_DEVICE_CPU && enum_value(p.device) != ROPE_DEVICE_CUDA) {
@@ -391,6 +527,11 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
             f.fail(ROPE_ERR_BAD_VALUE) << "angles.attn_factor=" << call->attn_factor << " must be finite";
             return f.finish();
         }
+    }
+
+    check_scaling(f, p, call, on_device);
+    if (f.failed()) {
+        return f.finish();
     }
 
     // Positions (spec §5), after the cache so the limit is known.

@@ -136,7 +136,11 @@ Runner opencl_runner(const OpenclKernel &kernel) {
         // Empty outputs (pass-through lanes of whole heads) get no device memory of their own:
         // they share one small allocation that is never read or written.
         HostBuffer spare(&unused, halide_type_t(halide_type_int, 32), {dim(0, 1, 1)});
-        std::vector<halide_buffer_t *> all{&positions.raw, &cos->raw, &sin->raw, &cos_narrow->raw, &sin_narrow->raw};
+        // GPU kernels take no scaling (ROPE_SCALING_NONE): its per-pair tables are placeholders.
+        HostBuffer short_factor(&unused, f32, {dim(0, 1, 1)}), long_factor(&unused, f32, {dim(0, 1, 1)}),
+            given_inv_freq(&unused, f32, {dim(0, 1, 1)});
+        std::vector<halide_buffer_t *> all{&positions.raw,   &cos->raw,          &sin->raw,        &cos_narrow->raw,
+                                           &sin_narrow->raw, &short_factor.raw, &long_factor.raw, &given_inv_freq.raw};
         for (auto &b : inputs) {
             all.push_back(&b->raw);
         }
@@ -158,7 +162,9 @@ Runner opencl_runner(const OpenclKernel &kernel) {
         int result = kernel.function(nullptr, &inputs[0]->raw, &inputs[1]->raw, &positions.raw, given, base_position, step,
                                      &cos->raw, &sin->raw, &cos_narrow->raw, &sin_narrow->raw, narrow,
                                      a.base != 0 ? a.base : 10000.0, a.attn_factor != 0 ? a.attn_factor : 1.0f, sin_sign,
-                                     static_cast<int32_t>(offset), static_cast<int32_t>(pairs), &outputs[0]->raw,
+                                     static_cast<int32_t>(offset), static_cast<int32_t>(pairs), ROPE_SCALING_NONE, 1.0f,
+                                     1, 1.0f, 2.0f, 32.0f, 1.0f, true, &short_factor.raw, &long_factor.raw,
+                                     &given_inv_freq.raw, p->round_cos_sin != 0, &outputs[0]->raw,
                                      &outputs[1]->raw, &outputs[2]->raw, &outputs[3]->raw, &outputs[4]->raw, &outputs[5]->raw);
         for (auto &b : outputs) {
             if (b->empty()) {

@@ -4,6 +4,8 @@
 // parameterized instance per kernel: Kernels/KernelTest.<Test>/<kernel name>.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <set>
 #include <string>
 
@@ -12,6 +14,8 @@
 
 namespace ropegen::test {
 namespace {
+
+namespace ref = reference;
 
 class KernelTest : public PerKernelTest {
 protected:
@@ -277,8 +281,111 @@ TEST_P(KernelTest, BaseAndAttnFactor) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, KernelTest, ::testing::ValuesIn(all_kernels()),
-                         [](const ::testing::TestParamInfo<const KernelEntry *> &info) { return std::string(info.param->name); });
+// The parity mode (spec §4): cos and sin rounded to the tensors' dtype before the rotation.
+TEST_P(KernelTest, CosSinRoundedToDtype) {
+    CaseSpec c = base_case();
+    c.round_cos_sin = true;
+    c.positions = random_table(c, 0, 4000, ROPE_INDEX_INT32, 43);
+    expect_ok(c);
+}
+
+std::string kernel_name(const ::testing::TestParamInfo<const KernelEntry *> &info) {
+    return std::string(info.param->name);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, KernelTest, ::testing::ValuesIn(all_kernels()), kernel_name);
+
+// --- frequency scaling (spec §6): the computed-source kernels -----------------------------------
+std::vector<const KernelEntry *> computed_source_kernels() {
+    std::vector<const KernelEntry *> kernels = all_kernels();
+    kernels.erase(std::remove_if(kernels.begin(), kernels.end(),
+                                 [](const KernelEntry *k) { return k->source == ROPE_SOURCE_CACHE; }),
+                  kernels.end());
+    return kernels;
+}
+
+class ScalingTest : public KernelTest {
+protected:
+    static constexpr int64_t kOriginalMax = 256;
+
+    /// Two sequences, one within orig (positions below 200) and one beyond it (2000-3000), so
+    /// that per-sequence scalings take both branches in one call.
+    CaseSpec scaled_case(rope_scaling_type type) const {
+        CaseSpec c = base_case();
+        c.positions = random_table(c, 0, 200, ROPE_INDEX_INT32, 51);
+        for (int64_t s = 0; s < c.seq; s++) {
+            c.positions.values[c.seq + s] = 2000 + 211 * s;
+        }
+        ref::Scaling &sc = c.scaling;
+        sc.type = type;
+        sc.original_max = kOriginalMax;
+        sc.factor = 8;
+        const int pairs = c.effective_rotary_dim() / 2;
+        std::mt19937 rng(52);
+        std::uniform_real_distribution<float> short_factor(1, 2), long_factor(1, 16), frequency(0, 1);
+        for (int i = 0; i < pairs; i++) {
+            if (type == ROPE_SCALING_LONGROPE) {
+                sc.short_factor.push_back(short_factor(rng));
+                sc.long_factor.push_back(long_factor(rng));
+            } else if (type == ROPE_SCALING_INV_FREQ) {
+                sc.inv_freq.push_back(frequency(rng));
+            }
+        }
+        return c;
+    }
+};
+
+TEST_P(ScalingTest, Linear) {
+    expect_ok(scaled_case(ROPE_SCALING_LINEAR));
+}
+
+TEST_P(ScalingTest, DynamicPerSequence) {
+    CaseSpec c = scaled_case(ROPE_SCALING_DYNAMIC);
+    c.scaling.factor = 2;
+    expect_ok(c);
+}
+
+TEST_P(ScalingTest, Yarn) {
+    expect_ok(scaled_case(ROPE_SCALING_YARN));
+    // DeepSeek's form: mscale and mscale_all_dim, other betas, no truncation.
+    CaseSpec c = scaled_case(ROPE_SCALING_YARN);
+    c.scaling.mscale = 0.707;
+    c.scaling.mscale_all_dim = 1.0;
+    c.scaling.beta_fast = 16;
+    c.scaling.beta_slow = 2;
+    c.scaling.truncate = false;
+    expect_ok(c);
+}
+
+TEST_P(ScalingTest, LongRopePerSequence) {
+    CaseSpec c = scaled_case(ROPE_SCALING_LONGROPE);
+    c.scaling.max_positions = 16 * kOriginalMax;
+    expect_ok(c);
+}
+
+TEST_P(ScalingTest, Llama3) {
+    CaseSpec c = scaled_case(ROPE_SCALING_LLAMA3);
+    c.scaling.low_freq_factor = 1;
+    c.scaling.high_freq_factor = 4;
+    expect_ok(c);
+}
+
+TEST_P(ScalingTest, CallersInvFreq) {
+    expect_ok(scaled_case(ROPE_SCALING_INV_FREQ));
+}
+
+// A given attn_factor replaces the one YaRN derives; the inverse direction and offsets per batch.
+TEST_P(ScalingTest, YarnAttnFactorInverseOffsets) {
+    CaseSpec c = scaled_case(ROPE_SCALING_YARN);
+    c.attn_factor = 1.25f;
+    c.direction = ROPE_INVERSE;
+    c.positions = PositionsSpec{};
+    c.positions.mode = PositionMode::BatchOffsets;
+    c.positions.values = {7, 3000};
+    expect_ok(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, ScalingTest, ::testing::ValuesIn(computed_source_kernels()), kernel_name);
 
 // The table itself: unique names that spell their key, and an any-head_dim kernel for every
 // (isa, style, source, dtype) so that every even head_dim has a kernel.

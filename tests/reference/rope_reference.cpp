@@ -37,7 +37,7 @@ To bit_cast(const From &from) {
 }  // namespace
 
 double relative_tolerance(rope_source source, double attn_factor) {
-    const double scale = std::max(1.0, std::fabs(attn_factor));
+    const double scale = std::fabs(attn_factor) > 1 ? 2 * std::fabs(attn_factor) : 1.0;
     switch (source) {
         case ROPE_SOURCE_CACHE: return kCacheRelTol * scale;
         case ROPE_SOURCE_COMPAT: return kCompatRelTol * scale;
@@ -178,7 +178,149 @@ long double exact_angle(int64_t position, int pair, int rotary_dim, double base)
 }
 
 CosSin compat_cos_sin(int64_t position, int rotary_dim, double base, double attn_factor) {
-    const std::vector<float> inv_freq = compat_inv_freq(base, rotary_dim);
+    return compat_cos_sin(position, compat_inv_freq(base, rotary_dim), attn_factor);
+}
+
+CosSin exact_cos_sin(int64_t position, int rotary_dim, double base, double attn_factor) {
+    CosSin cs;
+    for (int i = 0; i < rotary_dim / 2; i++) {
+        const long double angle = exact_angle(position, i, rotary_dim, base);
+        cs.cos.push_back(static_cast<double>(std::cos(angle)) * attn_factor);
+        cs.sin.push_back(static_cast<double>(std::sin(angle)) * attn_factor);
+    }
+    return cs;
+}
+
+bool depends_on_length(const Scaling &scaling) {
+    return scaling.type == ROPE_SCALING_DYNAMIC || scaling.type == ROPE_SCALING_LONGROPE;
+}
+
+double scaling_attn_factor(const Scaling &sc) {
+    auto g = [](double factor, double mscale) { return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0; };
+    if (sc.type == ROPE_SCALING_YARN) {
+        return sc.mscale != 0 && sc.mscale_all_dim != 0 ? g(sc.factor, sc.mscale) / g(sc.factor, sc.mscale_all_dim)
+                                                        : g(sc.factor, 1.0);
+    }
+    if (sc.type == ROPE_SCALING_LONGROPE && sc.max_positions > sc.original_max) {
+        const double ratio = static_cast<double>(sc.max_positions) / static_cast<double>(sc.original_max);
+        return std::sqrt(1 + std::log(ratio) / std::log(static_cast<double>(sc.original_max)));
+    }
+    return 1.0;
+}
+
+namespace {
+
+// YaRN's ramp bounds (spec §6), in double as transformers computes them (Python floats).
+std::pair<double, double> yarn_bounds(double base, int rotary_dim, const Scaling &sc) {
+    auto correction = [&](double rotations) {
+        return rotary_dim * std::log(static_cast<double>(sc.original_max) / (rotations * 2 * M_PI)) / (2 * std::log(base));
+    };
+    double low = correction(sc.beta_fast), high = correction(sc.beta_slow);
+    if (sc.truncate) {
+        low = std::floor(low);
+        high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, rotary_dim - 1.0);
+    return {low, low == high ? high + 0.001 : high};
+}
+
+}  // namespace
+
+std::vector<float> compat_scaled_inv_freq(double base, int rotary_dim, const Scaling &sc, int64_t length) {
+    auto powf_rounded = [](float x, float y) { return static_cast<float>(std::pow(static_cast<double>(x), static_cast<double>(y))); };
+    const bool longer = length > sc.original_max;
+    const auto factor = static_cast<float>(sc.factor);
+    float base_f32 = static_cast<float>(base);
+    if (sc.type == ROPE_SCALING_DYNAMIC && longer) {
+        const float grown = factor * static_cast<float>(length) / static_cast<float>(sc.original_max) -
+                            static_cast<float>(sc.factor - 1);
+        base_f32 = base_f32 * powf_rounded(grown, static_cast<float>(rotary_dim / (rotary_dim - 2.0)));
+    }
+    const auto [low, high] = yarn_bounds(base, rotary_dim, sc);
+    const int pairs = rotary_dim / 2;
+    std::vector<float> result(pairs);
+    for (int i = 0; i < pairs; i++) {
+        const float pos_freq = powf_rounded(base_f32, static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+        const float inv_freq = 1.0f / pos_freq;
+        float value = inv_freq;
+        switch (sc.type) {
+            case ROPE_SCALING_LINEAR: value = inv_freq / factor; break;
+            case ROPE_SCALING_YARN: {
+                const float ramp = std::clamp((static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low),
+                                              0.0f, 1.0f);
+                const float extrapolation = 1.0f - ramp;
+                const float interpolation = 1.0f / (factor * pos_freq);
+                const float kept = interpolation * (1.0f - extrapolation);  // separate statements: no fused multiply-add
+                const float extrapolated = inv_freq * extrapolation;
+                value = kept + extrapolated;
+                break;
+            }
+            case ROPE_SCALING_LONGROPE:
+                value = 1.0f / ((longer ? sc.long_factor : sc.short_factor)[i] * pos_freq);
+                break;
+            case ROPE_SCALING_LLAMA3: {
+                const float wavelen = static_cast<float>(2 * M_PI) / inv_freq;
+                const auto low_wavelen = static_cast<float>(sc.original_max / sc.low_freq_factor);
+                const auto high_wavelen = static_cast<float>(sc.original_max / sc.high_freq_factor);
+                const float interpolated = wavelen > low_wavelen ? inv_freq / factor : inv_freq;
+                const float smooth = (static_cast<float>(sc.original_max) / wavelen - static_cast<float>(sc.low_freq_factor)) /
+                                     static_cast<float>(sc.high_freq_factor - sc.low_freq_factor);
+                const float scaled_down = (1.0f - smooth) * interpolated / factor;
+                const float kept = smooth * interpolated;
+                const bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+                value = medium ? scaled_down + kept : interpolated;
+                break;
+            }
+            case ROPE_SCALING_INV_FREQ: value = sc.inv_freq[i]; break;
+            default: break;  // NONE, DYNAMIC
+        }
+        result[i] = value;
+    }
+    return result;
+}
+
+std::vector<long double> exact_scaled_inv_freq(double base, int rotary_dim, const Scaling &sc, int64_t length) {
+    using real = long double;
+    const bool longer = length > sc.original_max;
+    const real factor = sc.factor, orig = static_cast<real>(sc.original_max), r = rotary_dim;
+    real base_l = base;
+    if (sc.type == ROPE_SCALING_DYNAMIC && longer) {
+        base_l *= std::pow(factor * static_cast<real>(length) / orig - (factor - 1), r / (r - 2));
+    }
+    const auto [low, high] = yarn_bounds(base, rotary_dim, sc);
+    std::vector<real> result(rotary_dim / 2);
+    for (int i = 0; i < rotary_dim / 2; i++) {
+        const real inv_freq = std::pow(base_l, -static_cast<real>(2 * i) / r);
+        real value = inv_freq;
+        switch (sc.type) {
+            case ROPE_SCALING_LINEAR: value = inv_freq / factor; break;
+            case ROPE_SCALING_YARN: {
+                const real extra = 1 - std::clamp((i - static_cast<real>(low)) / static_cast<real>(high - low), real(0), real(1));
+                value = inv_freq / factor * (1 - extra) + inv_freq * extra;
+                break;
+            }
+            case ROPE_SCALING_LONGROPE: value = inv_freq / (longer ? sc.long_factor : sc.short_factor)[i]; break;
+            case ROPE_SCALING_LLAMA3: {
+                const real wavelen = 2 * static_cast<real>(M_PI) / inv_freq;
+                const real low_wavelen = orig / sc.low_freq_factor, high_wavelen = orig / sc.high_freq_factor;
+                if (wavelen > low_wavelen) {
+                    value = inv_freq / factor;
+                } else if (wavelen >= high_wavelen) {
+                    const real smooth = (orig / wavelen - sc.low_freq_factor) / (sc.high_freq_factor - sc.low_freq_factor);
+                    value = (1 - smooth) * inv_freq / factor + smooth * inv_freq;
+                }
+                break;
+            }
+            case ROPE_SCALING_INV_FREQ: value = sc.inv_freq[i]; break;
+            default: break;
+        }
+        result[i] = value;
+    }
+    return result;
+}
+
+CosSin compat_cos_sin(int64_t position, const std::vector<float> &inv_freq, double attn_factor) {
     CosSin cs;
     for (float frequency : inv_freq) {
         const long double angle = compat_angle(position, frequency);
@@ -188,12 +330,21 @@ CosSin compat_cos_sin(int64_t position, int rotary_dim, double base, double attn
     return cs;
 }
 
-CosSin exact_cos_sin(int64_t position, int rotary_dim, double base, double attn_factor) {
+CosSin exact_cos_sin(int64_t position, const std::vector<long double> &inv_freq, double attn_factor) {
     CosSin cs;
-    for (int i = 0; i < rotary_dim / 2; i++) {
-        const long double angle = exact_angle(position, i, rotary_dim, base);
+    for (long double frequency : inv_freq) {
+        const long double angle = static_cast<long double>(position) * frequency;
         cs.cos.push_back(static_cast<double>(std::cos(angle)) * attn_factor);
         cs.sin.push_back(static_cast<double>(std::sin(angle)) * attn_factor);
+    }
+    return cs;
+}
+
+CosSin rounded_to_dtype(CosSin cs, rope_dtype dtype) {
+    for (std::vector<double> *values : {&cs.cos, &cs.sin}) {
+        for (double &value : *values) {
+            value = round_to(static_cast<float>(value), dtype);
+        }
     }
     return cs;
 }

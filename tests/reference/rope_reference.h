@@ -31,7 +31,8 @@ inline constexpr int64_t kPreciseMaxPosition = (int64_t{1} << 24) - 1;
 inline constexpr double kF32SubnormalSlack = 2 * 0x1p-149;
 
 /// The tolerance of §7 for an f32 result of `source` (relative to max(|x_pair|)), scaled by
-/// |attn_factor| when it exceeds 1 since cos and sin are scaled by it (the spec assumes <= 1).
+/// 2 |attn_factor| when |attn_factor| exceeds 1 (the spec assumes <= 1): cos and sin are scaled
+/// by it, and rounded in binades whose ulp is at least twice that of values below 1.
 double relative_tolerance(rope_source source, double attn_factor = 1.0);
 
 // --- storage dtypes --------------------------------------------------------------------------
@@ -68,6 +69,32 @@ long double exact_angle(int64_t position, int pair, int rotary_dim, double base)
 struct CosSin {
     std::vector<double> cos, sin;
 };
+
+// --- frequency scaling (spec §6) ---------------------------------------------------------------
+/// A scaling as the ABI's rope_scaling holds it, with the per-pair tables owned here.
+struct Scaling {
+    rope_scaling_type type = ROPE_SCALING_NONE;
+    double factor = 1, low_freq_factor = 1, high_freq_factor = 4, beta_fast = 32, beta_slow = 1;
+    int64_t original_max = 0, max_positions = 0;
+    double mscale = 0, mscale_all_dim = 0;
+    bool truncate = true;
+    std::vector<float> short_factor, long_factor, inv_freq;
+};
+/// True when the frequencies depend on the sequence length (DYNAMIC, LONGROPE).
+bool depends_on_length(const Scaling &scaling);
+/// The attention factor the scaling derives (YARN, LONGROPE; 1 for the others).
+double scaling_attn_factor(const Scaling &scaling);
+/// compat: transformers' float32 arithmetic (modeling_rope_utils.py) step by step, powf correctly
+/// rounded, for a sequence of `length` tokens.
+std::vector<float> compat_scaled_inv_freq(double base, int rotary_dim, const Scaling &scaling, int64_t length);
+/// precise: the formulas of spec §6 in long double.
+std::vector<long double> exact_scaled_inv_freq(double base, int rotary_dim, const Scaling &scaling, int64_t length);
+/// cos/sin of the compat f32 angles (compat_angle) of `inv_freq`, times attn_factor.
+CosSin compat_cos_sin(int64_t position, const std::vector<float> &inv_freq, double attn_factor);
+/// cos/sin of the exact angles position * inv_freq, times attn_factor.
+CosSin exact_cos_sin(int64_t position, const std::vector<long double> &inv_freq, double attn_factor);
+/// The parity mode (spec §4): each value as an f32 rounded to `dtype`, as the kernel rounds it.
+CosSin rounded_to_dtype(CosSin cs, rope_dtype dtype);
 /// compat: exact cos/sin of the f32 angles of compat_angle().
 CosSin compat_cos_sin(int64_t position, int rotary_dim, double base, double attn_factor);
 /// precise: cos/sin of the exact angles.

@@ -218,6 +218,13 @@ RopeCall::RopeCall(CaseSpec spec) : spec_(std::move(spec)) {
             *guarded = guarded_copy(narrow, readable, c.flush);
         }
     }
+    // The scaling's tables, R/2 values each between guard pages (the cases size them).
+    for (auto [values, guarded] : {std::pair{&c.scaling.short_factor, &short_factor_},
+                                   std::pair{&c.scaling.long_factor, &long_factor_}, std::pair{&c.scaling.inv_freq, &inv_freq_}}) {
+        if (!values->empty()) {
+            *guarded = guarded_copy(*values, values->size(), c.flush);
+        }
+    }
     snapshot();
 }
 
@@ -310,6 +317,23 @@ rope_params RopeCall::params() const {
         p.angles.cache_len = cache_.len;
         p.angles.cache_row_stride = c.cache_row_pad != 0 ? cache_.row_stride : 0;
     }
+    const ref::Scaling &sc = c.scaling;
+    p.scaling.type = sc.type;
+    p.scaling.factor = static_cast<float>(sc.factor);
+    p.scaling.original_max_positions = sc.original_max;
+    p.scaling.max_positions = sc.max_positions;
+    p.scaling.low_freq_factor = static_cast<float>(sc.low_freq_factor);
+    p.scaling.high_freq_factor = static_cast<float>(sc.high_freq_factor);
+    p.scaling.beta_fast = static_cast<float>(sc.beta_fast);
+    p.scaling.beta_slow = static_cast<float>(sc.beta_slow);
+    p.scaling.mscale = static_cast<float>(sc.mscale);
+    p.scaling.mscale_all_dim = static_cast<float>(sc.mscale_all_dim);
+    p.scaling.yarn_no_truncate = sc.truncate ? 0 : 1;
+    auto table = [](const GuardedBytes &bytes) { return bytes.size() > 0 ? reinterpret_cast<const float *>(bytes.data()) : nullptr; };
+    p.scaling.short_factor = table(short_factor_);
+    p.scaling.long_factor = table(long_factor_);
+    p.scaling.inv_freq = table(inv_freq_);
+    p.round_cos_sin = c.round_cos_sin ? 1 : 0;
     p.num_threads = c.num_threads;
     return p;
 }
@@ -329,26 +353,35 @@ rope_status RopeCall::run(const Runner &runner) {
     return runner(&p, &report_);
 }
 
-ref::CosSin RopeCall::angles(int64_t position) const {
+int64_t RopeCall::sequence_length(int64_t b) const {
+    const auto row = positions_.begin() + b * spec_.seq;
+    return *std::max_element(row, row + spec_.seq) + 1;
+}
+
+ref::CosSin RopeCall::angles(int64_t b, int64_t position) const {
     const CaseSpec &c = spec_;
     const int rotary_dim = c.effective_rotary_dim();
+    ref::CosSin cs;
     switch (c.source) {
-        case ROPE_SOURCE_CACHE:
-            return ref::for_direction(ref::cache_cos_sin(cache_, position, rotary_dim), c.direction);
+        case ROPE_SOURCE_CACHE: cs = ref::cache_cos_sin(cache_, position, rotary_dim); break;
         case ROPE_SOURCE_COMPAT:
-            return ref::for_direction(
-                ref::compat_cos_sin(position, rotary_dim, c.effective_base(), c.effective_attn_factor()), c.direction);
+            cs = ref::compat_cos_sin(
+                position, ref::compat_scaled_inv_freq(c.effective_base(), rotary_dim, c.scaling, sequence_length(b)),
+                c.effective_attn_factor());
+            break;
         case ROPE_SOURCE_PRECISE:
-            return ref::for_direction(
-                ref::exact_cos_sin(position, rotary_dim, c.effective_base(), c.effective_attn_factor()), c.direction);
+            cs = ref::exact_cos_sin(
+                position, ref::exact_scaled_inv_freq(c.effective_base(), rotary_dim, c.scaling, sequence_length(b)),
+                c.effective_attn_factor());
+            break;
     }
-    return {};
+    return ref::for_direction(c.round_cos_sin ? ref::rounded_to_dtype(cs, c.dtype) : cs, c.direction);
 }
 
 ref::RotationMatrix RopeCall::token_rotation(int64_t b, int64_t s) const {
     const CaseSpec &c = spec_;
     return ref::rotation_matrix(static_cast<int>(c.head_dim), c.effective_rotary_dim(), c.rotary_offset, c.style,
-                                angles(position(b, s)));
+                                angles(b, position(b, s)));
 }
 
 std::vector<double> RopeCall::reference_head(bool is_k, int64_t b, int64_t s, int64_t h) const {

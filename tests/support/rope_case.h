@@ -66,6 +66,8 @@ struct CaseSpec {
     int64_t cache_len = 0;    ///< cache source: 0 means max position + 3
     int64_t cache_row_pad = 0;  ///< cache source: row stride = R/2 + pad (0: stride passed as 0)
     bool cache_in_dtype = false;  ///< cache source: tables stored in the tensor dtype, not f32
+    reference::Scaling scaling;   ///< computed sources: frequency scaling (spec §6)
+    bool round_cos_sin = false;   ///< the parity mode (spec §4)
     Fill fill = Fill::Uniform;
     uint64_t seed = 1;
     int32_t num_threads = 0;
@@ -80,7 +82,7 @@ struct CaseSpec {
         return base != 0 ? base : 10000.0;
     }
     double effective_attn_factor() const {
-        return attn_factor != 0 ? attn_factor : 1.0;
+        return attn_factor != 0 ? attn_factor : reference::scaling_attn_factor(scaling);
     }
     /// A one-line summary for failure messages.
     std::string describe() const;
@@ -128,8 +130,10 @@ public:
     int64_t position(int64_t b, int64_t s) const {
         return positions_[b * spec_.seq + s];
     }
-    /// cos/sin of spec §5 for a position, direction applied: what the oracle rotates by.
-    reference::CosSin angles(int64_t position) const;
+    /// cos/sin of spec §5 for a position of batch item b, direction applied: what the oracle rotates by.
+    reference::CosSin angles(int64_t b, int64_t position) const;
+    /// The length of batch item b's sequence (spec §6): its largest position + 1.
+    int64_t sequence_length(int64_t b) const;
     /// The oracle's result for one head of q (is_k false) or k, from the inputs before the call.
     std::vector<double> reference_head(bool is_k, int64_t b, int64_t s, int64_t h) const;
 
@@ -156,6 +160,7 @@ private:
     int64_t position_strides_[2] = {0, 0};
     reference::CosSinCache cache_;         ///< the oracle's tables (values narrowed when cache_in_dtype)
     GuardedBytes cos_table_, sin_table_;  ///< what the call reads: cache_ up to the last row's R/2 values
+    GuardedBytes short_factor_, long_factor_, inv_freq_;  ///< the scaling's tables: R/2 values each
     Snapshot before_;
     rope_report report_ = rope_report_init();
 };

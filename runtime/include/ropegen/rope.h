@@ -48,7 +48,7 @@ typedef enum rope_status {
     ROPE_ERR_BAD_STRIDE = 8,        /**< the head_dim stride is not 1, or a stride is negative */
     ROPE_ERR_POSITION_OUT_OF_RANGE = 9, /**< a position is negative or not below cache_len (spec §5) */
     ROPE_ERR_OVERLAP = 10,          /**< an output partially overlaps an input or another output */
-    ROPE_ERR_BAD_VALUE = 11,        /**< a scalar (base, attn_factor, cache_len, num_threads) is invalid */
+    ROPE_ERR_BAD_VALUE = 11,        /**< a scalar (base, attn_factor, cache_len, num_threads, a scaling parameter) is invalid */
     ROPE_ERR_ABI_MISMATCH = 12,     /**< struct_size or abi_version not understood */
     ROPE_ERR_UNSUPPORTED = 13,      /**< valid, but no kernel built for it runs on this CPU (or, from
                                          rope_set_max_isa, a level of another architecture) */
@@ -139,6 +139,42 @@ typedef struct rope_positions {
     int64_t offset;              /**< OFFSET with data == NULL: the offset of every batch item */
 } rope_positions;
 
+/** Frequency scaling of a computed source (spec §6; transformers' rope_type). */
+typedef enum rope_scaling_type {
+    ROPE_SCALING_NONE = 0,      /**< "default": inv_freq from base (spec §1) */
+    ROPE_SCALING_LINEAR = 1,    /**< inv_freq / factor */
+    ROPE_SCALING_DYNAMIC = 2,   /**< NTK: a sequence longer than original_max_positions gets a larger base */
+    ROPE_SCALING_YARN = 3,      /**< interpolation ramped between beta_fast and beta_slow, plus an attention factor */
+    ROPE_SCALING_LONGROPE = 4,  /**< per-pair short_factor, or long_factor for a sequence longer than original_max_positions */
+    ROPE_SCALING_LLAMA3 = 5,    /**< Llama 3.1: low frequencies / factor, high ones kept, smooth in between */
+    ROPE_SCALING_INV_FREQ = 6   /**< the caller's inv_freq[R/2], for a scaling this library does not know */
+} rope_scaling_type;
+
+/**
+ * Scaling parameters (spec §6), named as in transformers' rope_parameters. Zero fields take the
+ * defaults. The length L of a sequence (DYNAMIC, LONGROPE) is its largest position + 1
+ * (transformers: max(position_ids) + 1), taken per batch item, so each sequence of a batch gets
+ * the frequencies of its own length. For YARN and LONGROPE a non-zero angles.attn_factor is
+ * transformers' attention_factor; zero means the one derived from these fields.
+ */
+typedef struct rope_scaling {
+    rope_scaling_type type;
+    float factor;                   /**< LINEAR, DYNAMIC, YARN, LLAMA3: f > 0 */
+    int64_t original_max_positions; /**< DYNAMIC (transformers reads max_position_embeddings), YARN, LONGROPE,
+                                         LLAMA3: orig, > 0 */
+    int64_t max_positions;          /**< LONGROPE: max_position_embeddings, for the derived attention factor; 0 means orig */
+    float low_freq_factor;          /**< LLAMA3: > 0 */
+    float high_freq_factor;         /**< LLAMA3: > low_freq_factor */
+    float beta_fast;                /**< YARN: 0 means 32 */
+    float beta_slow;                /**< YARN: 0 means 1 */
+    float mscale;                   /**< YARN: 0 means not given */
+    float mscale_all_dim;           /**< YARN: 0 means not given */
+    int32_t yarn_no_truncate;       /**< YARN: non-zero for transformers' truncate=False */
+    const float *short_factor;      /**< LONGROPE: R/2 factors > 0 */
+    const float *long_factor;       /**< LONGROPE: R/2 factors > 0, for sequences longer than orig */
+    const float *inv_freq;          /**< INV_FREQ: R/2 finite frequencies */
+} rope_scaling;
+
 /** cos/sin source and frequency parameters (spec §1, §5). Zero fields take the defaults. */
 typedef struct rope_angles {
     rope_source source;
@@ -184,6 +220,18 @@ typedef struct rope_params {
      */
     rope_device device;
     void *stream;             /**< CUDA: a CUstream / cudaStream_t, or NULL */
+
+    /* Appended in ABI version 1's third layout; a caller compiled with an earlier one (struct_size
+       up to stream) gets no scaling and no cos/sin rounding. */
+
+    /** COMPAT/PRECISE: frequency scaling (spec §6); CUDA calls support ROPE_SCALING_NONE only. */
+    rope_scaling scaling;
+    /**
+     * Non-zero: c_i and s_i are rounded to the tensors' dtype before the rotation (spec §4), as
+     * transformers (cos.to(x.dtype)) and ONNX do, for bit-level parity with them in f16/bf16. No
+     * effect in f32.
+     */
+    int32_t round_cos_sin;
 } rope_params;
 
 /** A zero-initialised rope_params with its header set: `rope_params p = rope_params_init();` */

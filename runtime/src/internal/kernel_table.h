@@ -20,7 +20,11 @@ using KernelFunction = int (*)(const void *user_context, halide_buffer_t *q, hal
                                halide_buffer_t *sin_table, halide_buffer_t *cos_table_narrow,
                                halide_buffer_t *sin_table_narrow, bool narrow_tables, double base, float attn_factor,
                                float sin_sign,
-                               int32_t rotary_offset, int32_t rotary_pairs, halide_buffer_t *q_rotated,
+                               int32_t rotary_offset, int32_t rotary_pairs, int32_t scaling_type,
+                               float scaling_factor, int32_t original_max_positions, float low_freq_factor,
+                               float high_freq_factor, float beta_fast, float beta_slow, bool yarn_truncate,
+                               halide_buffer_t *short_factor, halide_buffer_t *long_factor,
+                               halide_buffer_t *given_inv_freq, bool round_cos_sin, halide_buffer_t *q_rotated,
                                halide_buffer_t *q_lead, halide_buffer_t *q_tail, halide_buffer_t *k_rotated,
                                halide_buffer_t *k_lead, halide_buffer_t *k_tail);
 

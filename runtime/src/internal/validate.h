@@ -16,7 +16,8 @@ struct ValidCall {
     int32_t rotary_dim, rotary_offset;
     bool has_k;
     double base;
-    float attn_factor;
+    float attn_factor;           ///< with a scaling's derived attention factor (spec §6)
+    float beta_fast, beta_slow;  ///< YaRN, defaults applied
 };
 
 /// [first, last] byte addresses a view can touch (`empty`: it has no element and touches nothing).

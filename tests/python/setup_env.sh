@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds (once) the Python environment of the transformers tests and prints its interpreter.
+# It lives in a cache outside the clone, keyed by the pinned requirements and the Python version,
+# because torch alone is several GB: ${ROPEGEN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ropegen}.
+# A fresh machine builds it from scratch; a second run only checks and returns at once.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+requirements="$here/requirements.txt"
+python="${1:-python3}"
+key="$( (cat "$requirements"; "$python" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-16)"
+cache="${ROPEGEN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ropegen}"
+env_dir="$cache/pytest-$key"
+
+if [ ! -f "$env_dir/.complete" ]; then
+    echo "setup_env: building $env_dir (torch is several GB; once per pin set)" >&2
+    rm -rf "$env_dir"
+    mkdir -p "$cache"
+    "$python" -m venv "$env_dir"
+    "$env_dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir -r "$requirements" >&2
+    touch "$env_dir/.complete"
+fi
+echo "$env_dir/bin/python"

@@ -525,6 +525,15 @@ TEST_F(Validation, FirstLayoutIsReadWithoutTheAppendedFields) {
     EXPECT_EQ(std::string(report.kernel).find("cuda"), std::string::npos) << report.kernel;
 }
 
+// A caller compiled before scaling and round_cos_sin: garbage past its struct is never read.
+TEST_F(Validation, SecondLayoutIsReadWithoutScaling) {
+    rope_params p = valid();
+    p.struct_size = static_cast<uint32_t>((offsetof(rope_params, scaling) + 7) / 8 * 8);
+    store_raw(p.scaling.type, 99);
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+}
+
 TEST_F(Validation, UnknownDevice) {
     rope_params p = valid();
     store_raw(p.device, 7);
@@ -566,6 +575,112 @@ TEST_F(Validation, AttnFactorNaN) {
     p.angles.source = ROPE_SOURCE_COMPAT;
     p.angles.attn_factor = std::nanf("");
     expect_rejected(p, ROPE_ERR_BAD_VALUE, {"attn_factor"});
+}
+
+// --- frequency scaling (spec §6) ----------------------------------------------------------------
+
+/// valid() with a computed source and `type`, its required fields set.
+rope_params scaled(const rope_params &base, rope_scaling_type type) {
+    static const std::vector<float> factors(kHeadDim / 2, 1.5f);
+    rope_params p = base;
+    p.angles = rope_angles{};
+    p.angles.source = ROPE_SOURCE_COMPAT;
+    p.scaling.type = type;
+    p.scaling.factor = 4;
+    p.scaling.original_max_positions = 4096;
+    p.scaling.low_freq_factor = 1;
+    p.scaling.high_freq_factor = 4;
+    p.scaling.short_factor = factors.data();
+    p.scaling.long_factor = factors.data();
+    p.scaling.inv_freq = factors.data();
+    return p;
+}
+
+TEST_F(Validation, UnknownScalingType) {
+    rope_params p = scaled(valid(), ROPE_SCALING_NONE);
+    store_raw(p.scaling.type, 9);
+    expect_rejected(p, ROPE_ERR_BAD_ENUM, {"scaling.type", "9"});
+}
+
+TEST_F(Validation, ScalingNeedsAComputedSource) {
+    rope_params p = valid();
+    p.scaling.type = ROPE_SCALING_LINEAR;
+    p.scaling.factor = 2;
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.type", "computed source", "rope_build_cos_sin_cache"});
+}
+
+TEST_F(Validation, ScalingFactorNotPositive) {
+    for (rope_scaling_type type : {ROPE_SCALING_LINEAR, ROPE_SCALING_DYNAMIC, ROPE_SCALING_YARN, ROPE_SCALING_LLAMA3}) {
+        for (float factor : {0.0f, -2.0f, std::nanf(""), std::numeric_limits<float>::infinity()}) {
+            SCOPED_TRACE(::testing::Message() << type << " " << factor);
+            rope_params p = scaled(valid(), type);
+            p.scaling.factor = factor;
+            expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.factor", "> 0"});
+        }
+    }
+}
+
+TEST_F(Validation, OriginalMaxPositionsOutOfRange) {
+    for (rope_scaling_type type : {ROPE_SCALING_DYNAMIC, ROPE_SCALING_YARN, ROPE_SCALING_LONGROPE, ROPE_SCALING_LLAMA3}) {
+        for (int64_t orig : {int64_t{0}, int64_t{-5}, int64_t{1} << 31}) {
+            SCOPED_TRACE(::testing::Message() << type << " " << orig);
+            rope_params p = scaled(valid(), type);
+            p.scaling.original_max_positions = orig;
+            expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.original_max_positions", std::to_string(orig)});
+        }
+    }
+}
+
+TEST_F(Validation, DynamicNeedsRotaryDimFour) {
+    rope_params p = scaled(valid(), ROPE_SCALING_DYNAMIC);
+    p.rotary_dim = 2;
+    expect_rejected(p, ROPE_ERR_BAD_ROTARY, {"rotary_dim=2", "dynamic"});
+}
+
+TEST_F(Validation, YarnBetasAndMscales) {
+    rope_params p = scaled(valid(), ROPE_SCALING_YARN);
+    p.scaling.beta_fast = -1;
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.beta_fast", "-1"});
+    p = scaled(valid(), ROPE_SCALING_YARN);
+    p.scaling.beta_slow = std::nanf("");
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.beta_slow"});
+    p = scaled(valid(), ROPE_SCALING_YARN);
+    p.scaling.mscale_all_dim = -0.5f;
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.mscale_all_dim", "-0.5"});
+}
+
+TEST_F(Validation, Llama3FrequencyFactors) {
+    rope_params p = scaled(valid(), ROPE_SCALING_LLAMA3);
+    p.scaling.high_freq_factor = 1;
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.high_freq_factor=1", "low_freq_factor=1"});
+    p = scaled(valid(), ROPE_SCALING_LLAMA3);
+    p.scaling.low_freq_factor = 0;
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.low_freq_factor=0"});
+}
+
+TEST_F(Validation, LongRopeFactorTables) {
+    rope_params p = scaled(valid(), ROPE_SCALING_LONGROPE);
+    p.scaling.long_factor = nullptr;
+    expect_rejected(p, ROPE_ERR_NULL_POINTER, {"scaling.long_factor", "NULL"});
+    std::vector<float> bad(kHeadDim / 2, 1.0f);
+    bad[5] = -1;
+    p = scaled(valid(), ROPE_SCALING_LONGROPE);
+    p.scaling.short_factor = bad.data();
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.short_factor[5]=-1"});
+    p = scaled(valid(), ROPE_SCALING_LONGROPE);
+    p.scaling.max_positions = -1;
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.max_positions=-1"});
+}
+
+TEST_F(Validation, CallersInvFreq) {
+    rope_params p = scaled(valid(), ROPE_SCALING_INV_FREQ);
+    p.scaling.inv_freq = nullptr;
+    expect_rejected(p, ROPE_ERR_NULL_POINTER, {"scaling.inv_freq", "NULL"});
+    std::vector<float> bad(kHeadDim / 2, 0.5f);
+    bad[0] = std::numeric_limits<float>::infinity();
+    p = scaled(valid(), ROPE_SCALING_INV_FREQ);
+    p.scaling.inv_freq = bad.data();
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.inv_freq[0]=inf"});
 }
 
 // --- the rest of the surface -----------------------------------------------------------------------

@@ -267,6 +267,38 @@ static inline rope_report rope_report_init(void) {
  */
 rope_status rope_dispatch(const rope_params *params, rope_report *report);
 
+/** What rope_build_cos_sin_cache() computes, and where it writes. Start from rope_cache_spec_init(). */
+typedef struct rope_cache_spec {
+    uint32_t struct_size;     /**< sizeof(rope_cache_spec) as the caller compiled it */
+    rope_source source;       /**< ROPE_SOURCE_COMPAT or ROPE_SOURCE_PRECISE: the numerics of that computed source */
+    int32_t rotary_dim;       /**< R: even, >= 2; a row holds R/2 values */
+    double base;              /**< theta; 0 means 10000 */
+    float attn_factor;        /**< folded into every value; 0 means 1 (YARN/LONGROPE: the derived factor) */
+    rope_scaling scaling;     /**< spec §6; DYNAMIC and LONGROPE take the frequencies of a cache_len-token sequence */
+    void *cos_cache;          /**< out: [cache_len][row_stride] of cache_dtype */
+    void *sin_cache;          /**< out: same shape, disjoint from cos_cache */
+    int64_t cache_len;        /**< rows: positions 0..cache_len-1, at most 2^31 */
+    int64_t cache_row_stride; /**< elements between rows; 0 means R/2 */
+    rope_dtype cache_dtype;   /**< f32, or a 16-bit dtype (each value the f32 one rounded once) */
+} rope_cache_spec;
+
+/** A zero-initialised rope_cache_spec with its size set. */
+static inline rope_cache_spec rope_cache_spec_init(void) {
+    rope_cache_spec s;
+    memset(&s, 0, sizeof(s));
+    s.struct_size = (uint32_t)sizeof(rope_cache_spec);
+    return s;
+}
+
+/**
+ * Builds the cos/sin tables of the cache source (spec §5): row m holds c_i and s_i of position m,
+ * computed by the same kernels, with the same numerics, as rope_dispatch() computes them for
+ * `spec->source`; a call of the cache source with these tables (angles.cache_dtype = cache_dtype,
+ * no attn_factor) then gives the results of the computed source, rounded to cache_dtype once.
+ * CPU memory only. Validates like rope_dispatch(); on error writes nothing.
+ */
+rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rope_report *report);
+
 /**
  * Validates `params` exactly like rope_dispatch() and names, in report->kernel, the kernel it
  * would run; runs nothing and touches no output.

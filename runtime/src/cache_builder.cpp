@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: Apache-2.0
+// rope_build_cos_sin_cache(): the cos/sin tables of the cache source, made by the computed-source
+// kernels themselves, so that the numerics are theirs by construction. The half style rotates the
+// pair (x_i, x_{i+P}) = (1, 0) of every token to (c_i, s_i): one call over a cache_len-token
+// sequence whose input is a single unit row (token stride 0), written to a staging tensor whose
+// halves are then copied to the caller's tables.
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "internal/enum_value.h"
+#include "internal/runtime_state.h"
+#include "ropegen/rope.h"
+
+namespace ropegen {
+namespace {
+
+constexpr int64_t kMaxRows = int64_t{1} << 31;  // positions are int32 in the kernels
+
+size_t element_bytes(rope_dtype dtype) {
+    return dtype == ROPE_DTYPE_F32 ? 4 : 2;
+}
+
+// 1.0 in `dtype`, as stored.
+void store_one(rope_dtype dtype, uint8_t *element) {
+    const uint32_t f32_one = 0x3f800000u;
+    const uint16_t f16_one = 0x3c00u, bf16_one = 0x3f80u;
+    if (dtype == ROPE_DTYPE_F32) {
+        std::memcpy(element, &f32_one, sizeof(f32_one));
+    } else {
+        std::memcpy(element, dtype == ROPE_DTYPE_F16 ? &f16_one : &bf16_one, sizeof(uint16_t));
+    }
+}
+
+rope_status fail(rope_report *report, rope_status status, const std::string &message) {
+    if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
+        report->status = status;
+        set_report_message(report, message);
+    }
+    return status;
+}
+
+// The rules of the spec's own fields; the scaling and the scalars are checked by rope_dispatch.
+rope_status check(const rope_cache_spec *spec, rope_report *report) {
+    std::ostringstream m;
+    if (spec == nullptr) {
+        return fail(report, ROPE_ERR_NULL_POINTER, "spec is NULL");
+    }
+    if (spec->struct_size != sizeof(rope_cache_spec)) {
+        m << "spec.struct_size=" << spec->struct_size << " is not a rope_cache_spec size this library knows ("
+          << sizeof(rope_cache_spec) << ")";
+        return fail(report, ROPE_ERR_ABI_MISMATCH, m.str());
+    }
+    const int32_t source = enum_value(spec->source);
+    if (source != ROPE_SOURCE_COMPAT && source != ROPE_SOURCE_PRECISE) {
+        m << "spec.source=" << source << " must be a computed source (1 compat, 2 precise)";
+        return fail(report, ROPE_ERR_BAD_ENUM, m.str());
+    }
+    const int32_t dtype = enum_value(spec->cache_dtype);
+    if (dtype < ROPE_DTYPE_F32 || dtype > ROPE_DTYPE_BF16) {
+        m << "spec.cache_dtype=" << dtype << " is not a rope_dtype (0 f32, 1 f16, 2 bf16)";
+        return fail(report, ROPE_ERR_BAD_ENUM, m.str());
+    }
+    if (spec->rotary_dim < 2 || spec->rotary_dim % 2 != 0) {
+        m << "spec.rotary_dim=" << spec->rotary_dim << " must be even and >= 2 (spec §1)";
+        return fail(report, ROPE_ERR_BAD_ROTARY, m.str());
+    }
+    if (spec->cos_cache == nullptr || spec->sin_cache == nullptr) {
+        m << (spec->cos_cache == nullptr ? "spec.cos_cache" : "spec.sin_cache") << " is NULL";
+        return fail(report, ROPE_ERR_NULL_POINTER, m.str());
+    }
+    if (spec->cache_len <= 0 || spec->cache_len > kMaxRows) {
+        m << "spec.cache_len=" << spec->cache_len << " must be in [1, 2^31]";
+        return fail(report, ROPE_ERR_BAD_VALUE, m.str());
+    }
+    const int64_t pairs = spec->rotary_dim / 2;
+    const int64_t row_stride = spec->cache_row_stride != 0 ? spec->cache_row_stride : pairs;
+    if (row_stride < pairs || row_stride > std::numeric_limits<int32_t>::max()) {
+        m << "spec.cache_row_stride=" << spec->cache_row_stride << " must be 0 or in [rotary_dim/2=" << pairs << ", 2^31)";
+        return fail(report, ROPE_ERR_BAD_STRIDE, m.str());
+    }
+    // Both tables' bytes, which must not overlap: [(len-1)*stride + pairs) elements each.
+    const uint64_t bytes = (static_cast<uint64_t>(spec->cache_len - 1) * row_stride + pairs) * element_bytes(spec->cache_dtype);
+    const auto cos_first = reinterpret_cast<uintptr_t>(spec->cos_cache), sin_first = reinterpret_cast<uintptr_t>(spec->sin_cache);
+    if (cos_first < sin_first + bytes && sin_first < cos_first + bytes) {
+        return fail(report, ROPE_ERR_OVERLAP, "spec.cos_cache and spec.sin_cache overlap; they must be disjoint");
+    }
+    return ROPE_OK;
+}
+
+}  // namespace
+}  // namespace ropegen
+
+extern "C" rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rope_report *report) {
+    using namespace ropegen;
+    if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
+        *report = rope_report_init();
+    }
+    if (const rope_status status = check(spec, report); status != ROPE_OK) {
+        return status;
+    }
+    const rope_dtype dtype = spec->cache_dtype;
+    const size_t element = element_bytes(dtype);
+    const int64_t rotary = spec->rotary_dim, pairs = rotary / 2, rows = spec->cache_len;
+    std::vector<uint8_t> unit_row, staging;
+    try {
+        unit_row.assign(static_cast<size_t>(rotary) * element, 0);
+        staging.resize(static_cast<size_t>(rows * rotary) * element);
+    } catch (const std::bad_alloc &) {
+        return fail(report, ROPE_ERR_INTERNAL,
+                    "out of memory: could not allocate " + std::to_string(rows * rotary * static_cast<int64_t>(element)) +
+                        " bytes of staging for cache_len=" + std::to_string(rows) + "; nothing was written");
+    }
+    for (int64_t i = 0; i < pairs; i++) {
+        store_one(dtype, &unit_row[static_cast<size_t>(i) * element]);  // x_i = 1, x_{i+P} = 0
+    }
+
+    rope_params p = rope_params_init();
+    p.style = ROPE_STYLE_HALF;
+    p.q = rope_tensor{unit_row.data(), dtype, {1, rows, 1, rotary}, {0, 0, 0, 1}};
+    p.q_out = rope_tensor{staging.data(), dtype, {1, rows, 1, rotary}, {rows * rotary, rotary, rotary, 1}};
+    p.angles.source = spec->source;
+    p.angles.base = spec->base;
+    p.angles.attn_factor = spec->attn_factor;
+    p.scaling = spec->scaling;
+    if (const rope_status status = rope_dispatch(&p, report); status != ROPE_OK) {
+        return status;
+    }
+
+    const int64_t row_stride = spec->cache_row_stride != 0 ? spec->cache_row_stride : pairs;
+    auto *cos = static_cast<uint8_t *>(spec->cos_cache), *sin = static_cast<uint8_t *>(spec->sin_cache);
+    const size_t half = static_cast<size_t>(pairs) * element;
+    for (int64_t m = 0; m < rows; m++) {
+        const uint8_t *row = &staging[static_cast<size_t>(m * rotary) * element];
+        std::memcpy(cos + static_cast<size_t>(m * row_stride) * element, row, half);
+        std::memcpy(sin + static_cast<size_t>(m * row_stride) * element, row + half, half);
+    }
+    return ROPE_OK;
+}

@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: Apache-2.0
+// rope_build_cos_sin_cache(): its tables against the oracle (spec §5, §6, §7), and the cache source
+// fed with them against the computed source it was built from: the same bits (f32 tables; 16-bit
+// tables against the computed source in the parity mode, which rounds cos/sin the same way).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "reference/rope_reference.h"
+#include "ropegen/rope.h"
+
+namespace ropegen::test {
+namespace {
+
+namespace ref = reference;
+
+constexpr int64_t kLen = 300, kHeads = 2, kRotary = 96, kPairs = kRotary / 2, kPad = 5;
+
+struct BuilderCase {
+    rope_source source;
+    rope_dtype dtype;
+    rope_scaling_type scaling;
+};
+
+std::string case_name(const ::testing::TestParamInfo<BuilderCase> &info) {
+    static const char *const scalings[] = {"none", "linear", "dynamic", "yarn", "longrope", "llama3", "inv_freq"};
+    return std::string(ref::source_name(info.param.source)) + "_" + ref::dtype_name(info.param.dtype) + "_" +
+           scalings[info.param.scaling];
+}
+
+class CacheBuilderTest : public ::testing::TestWithParam<BuilderCase> {
+protected:
+    // orig below kLen, so that DYNAMIC and LONGROPE take their long-sequence branch.
+    void SetUp() override {
+        ref_scaling_.type = GetParam().scaling;
+        ref_scaling_.factor = 4;
+        ref_scaling_.original_max = 128;
+        ref_scaling_.max_positions = 1024;
+        std::mt19937 rng(7);
+        std::uniform_real_distribution<float> factor(1, 8), frequency(0, 1);
+        for (int i = 0; i < kPairs; i++) {
+            ref_scaling_.short_factor.push_back(factor(rng));
+            ref_scaling_.long_factor.push_back(factor(rng));
+            ref_scaling_.inv_freq.push_back(frequency(rng));
+        }
+        scaling_ = rope_scaling{};
+        scaling_.type = ref_scaling_.type;
+        scaling_.factor = static_cast<float>(ref_scaling_.factor);
+        scaling_.original_max_positions = ref_scaling_.original_max;
+        scaling_.max_positions = ref_scaling_.max_positions;
+        scaling_.low_freq_factor = 1;
+        scaling_.high_freq_factor = 4;
+        scaling_.short_factor = ref_scaling_.short_factor.data();
+        scaling_.long_factor = ref_scaling_.long_factor.data();
+        scaling_.inv_freq = ref_scaling_.inv_freq.data();
+    }
+
+    rope_cache_spec spec(std::vector<uint8_t> &cos, std::vector<uint8_t> &sin) const {
+        const size_t bytes = ref::dtype_size(GetParam().dtype) * ((kLen - 1) * (kPairs + kPad) + kPairs);
+        cos.assign(bytes, 0xAB);
+        sin.assign(bytes, 0xAB);
+        rope_cache_spec s = rope_cache_spec_init();
+        s.source = GetParam().source;
+        s.rotary_dim = kRotary;
+        s.scaling = scaling_;
+        s.cos_cache = cos.data();
+        s.sin_cache = sin.data();
+        s.cache_len = kLen;
+        s.cache_row_stride = kPairs + kPad;
+        s.cache_dtype = GetParam().dtype;
+        return s;
+    }
+
+    ref::Scaling ref_scaling_;
+    rope_scaling scaling_{};
+};
+
+// Every value within spec §7's bound of the oracle's cos/sin (16-bit: one ulp of the rounded
+// oracle), the row padding untouched.
+TEST_P(CacheBuilderTest, MatchesTheOracle) {
+    const BuilderCase c = GetParam();
+    std::vector<uint8_t> cos, sin;
+    const rope_cache_spec s = spec(cos, sin);
+    rope_report report = rope_report_init();
+    ASSERT_EQ(rope_build_cos_sin_cache(&s, &report), ROPE_OK) << report.message;
+    ref::Scaling sc = ref_scaling_;
+    sc.low_freq_factor = 1;
+    sc.high_freq_factor = 4;
+    const double attn = ref::scaling_attn_factor(sc);
+    const size_t element = ref::dtype_size(c.dtype);
+    const double tolerance = ref::relative_tolerance(c.source, attn);
+    for (int64_t m = 0; m < kLen; m++) {
+        const ref::CosSin want = c.source == ROPE_SOURCE_COMPAT
+                                     ? ref::compat_cos_sin(m, ref::compat_scaled_inv_freq(10000, kRotary, sc, kLen), attn)
+                                     : ref::exact_cos_sin(m, ref::exact_scaled_inv_freq(10000, kRotary, sc, kLen), attn);
+        for (int64_t i = 0; i < kPairs + (m + 1 < kLen ? kPad : 0); i++) {
+            for (const auto &[table, values] : {std::pair{&cos, &want.cos}, std::pair{&sin, &want.sin}}) {
+                uint32_t bits = 0;
+                std::memcpy(&bits, &(*table)[(m * (kPairs + kPad) + i) * element], element);
+                if (i >= kPairs) {
+                    ASSERT_EQ(bits, element == 4 ? 0xABABABABu : 0xABABu) << "row " << m << " padding written";
+                    continue;
+                }
+                const double got = ref::decode(bits, c.dtype), expected = (*values)[i];
+                const bool ok = c.dtype == ROPE_DTYPE_F32
+                                    ? std::fabs(got - expected) <= tolerance
+                                    : ref::ulp_distance(bits, ref::encode(expected, c.dtype), c.dtype) <= ref::kSixteenBitUlps;
+                ASSERT_TRUE(ok) << (table == &cos ? "cos" : "sin") << "[" << m << "][" << i << "] = " << got << ", oracle "
+                                << expected;
+            }
+        }
+    }
+}
+
+// The cache source on the built tables gives the bits of the computed source (in the parity mode
+// for 16-bit tables): the builder and the computed source share their numerics.
+TEST_P(CacheBuilderTest, CacheSourceEqualsTheComputedSource) {
+    const BuilderCase c = GetParam();
+    std::vector<uint8_t> cos, sin;
+    const rope_cache_spec s = spec(cos, sin);
+    rope_report report = rope_report_init();
+    ASSERT_EQ(rope_build_cos_sin_cache(&s, &report), ROPE_OK) << report.message;
+
+    const size_t element = ref::dtype_size(c.dtype);
+    std::vector<uint8_t> x(static_cast<size_t>(kLen * kHeads * kRotary) * element);
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<double> value(-4, 4);
+    for (size_t i = 0; i < x.size() / element; i++) {
+        const uint32_t bits = ref::encode(value(rng), c.dtype);
+        std::memcpy(&x[i * element], &bits, element);
+    }
+    auto run = [&](bool from_cache) {
+        std::vector<uint8_t> y(x.size(), 0);
+        rope_params p = rope_params_init();
+        p.q = rope_tensor{x.data(), c.dtype, {1, kLen, kHeads, kRotary}, {kLen * kHeads * kRotary, kHeads * kRotary, kRotary, 1}};
+        p.q_out = p.q;
+        p.q_out.data = y.data();
+        if (from_cache) {
+            p.angles.source = ROPE_SOURCE_CACHE;
+            p.angles.cos_cache = cos.data();
+            p.angles.sin_cache = sin.data();
+            p.angles.cache_len = kLen;
+            p.angles.cache_row_stride = kPairs + kPad;
+            p.angles.cache_dtype = c.dtype;
+        } else {
+            p.angles.source = c.source;
+            p.scaling = scaling_;
+            p.round_cos_sin = 1;
+        }
+        rope_report r = rope_report_init();
+        EXPECT_EQ(rope_dispatch(&p, &r), ROPE_OK) << r.message;
+        return y;
+    };
+    const std::vector<uint8_t> computed = run(false), cached = run(true);
+    for (size_t i = 0; i < computed.size(); i += element) {
+        ASSERT_EQ(std::memcmp(&computed[i], &cached[i], element), 0) << "element " << i / element << " differs";
+    }
+}
+
+std::vector<BuilderCase> builder_cases() {
+    std::vector<BuilderCase> cases;
+    for (rope_source source : {ROPE_SOURCE_COMPAT, ROPE_SOURCE_PRECISE}) {
+        for (rope_dtype dtype : {ROPE_DTYPE_F32, ROPE_DTYPE_F16, ROPE_DTYPE_BF16}) {
+            for (int type = ROPE_SCALING_NONE; type <= ROPE_SCALING_INV_FREQ; type++) {
+                cases.push_back({source, dtype, static_cast<rope_scaling_type>(type)});
+            }
+        }
+    }
+    return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(CacheBuilder, CacheBuilderTest, ::testing::ValuesIn(builder_cases()), case_name);
+
+TEST(CacheBuilderValidation, BadSpecsWriteNothing) {
+    std::vector<float> cos(64, 7.0f), sin(64, 7.0f);
+    auto base = [&] {
+        rope_cache_spec s = rope_cache_spec_init();
+        s.source = ROPE_SOURCE_COMPAT;
+        s.rotary_dim = 8;
+        s.cos_cache = cos.data();
+        s.sin_cache = sin.data();
+        s.cache_len = 16;
+        return s;
+    };
+    struct Bad {
+        rope_status status;
+        const char *words;
+        void (*edit)(rope_cache_spec &);
+    };
+    const Bad bads[] = {
+        {ROPE_ERR_ABI_MISMATCH, "spec.struct_size", [](rope_cache_spec &s) { s.struct_size = 8; }},
+        {ROPE_ERR_BAD_ENUM, "spec.source=0", [](rope_cache_spec &s) { s.source = ROPE_SOURCE_CACHE; }},
+        {ROPE_ERR_BAD_ROTARY, "spec.rotary_dim=7", [](rope_cache_spec &s) { s.rotary_dim = 7; }},
+        {ROPE_ERR_NULL_POINTER, "spec.sin_cache", [](rope_cache_spec &s) { s.sin_cache = nullptr; }},
+        {ROPE_ERR_BAD_VALUE, "spec.cache_len=0", [](rope_cache_spec &s) { s.cache_len = 0; }},
+        {ROPE_ERR_BAD_STRIDE, "spec.cache_row_stride=3", [](rope_cache_spec &s) { s.cache_row_stride = 3; }},
+        {ROPE_ERR_OVERLAP, "overlap", [](rope_cache_spec &s) { s.sin_cache = static_cast<float *>(s.cos_cache) + 4; }},
+        {ROPE_ERR_BAD_VALUE, "scaling.factor", [](rope_cache_spec &s) { s.scaling.type = ROPE_SCALING_LINEAR; }},
+    };
+    for (const Bad &bad : bads) {
+        rope_cache_spec s = base();
+        bad.edit(s);
+        rope_report report = rope_report_init();
+        EXPECT_EQ(rope_build_cos_sin_cache(&s, &report), bad.status) << bad.words;
+        EXPECT_NE(std::string(report.message).find(bad.words), std::string::npos) << report.message;
+        EXPECT_EQ(cos, std::vector<float>(64, 7.0f));
+        EXPECT_EQ(sin, std::vector<float>(64, 7.0f));
+    }
+}
+
+}  // namespace
+}  // namespace ropegen::test

@@ -69,7 +69,7 @@ Expr scaled_inv_freq(bool compat, const Expr &pair, const Expr &base, const Expr
     Expr grown = compat ? to_real(sc.factor) * cast<float>(length) / cast<float>(sc.original_max) -
                               cast<float>(cast<double>(sc.factor) - 1)
                         : cast<double>(sc.factor) * cast<double>(length) / orig - (cast<double>(sc.factor) - 1);
-    grown = to_real(base) * pow_real(grown, to_real(rotary / (rotary - 2)));
+    grown = to_real(base) * pow_real(grown, rotary / (rotary - 2));  // torch keeps a Python float exponent in f64
     const Expr dynamic_base = select(sc.type == ROPE_SCALING_DYNAMIC && longer, grown, to_real(base));
 
     // base^(2i/R) and the unscaled inv_freq (spec §1, §5).

@@ -12,10 +12,12 @@ key="$( (cat "$requirements"; "$python" -c 'import sys; print(sys.version)') | s
 cache="${ROPEGEN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ropegen}"
 env_dir="$cache/pytest-$key"
 
+mkdir -p "$cache"
+exec 9>"$cache/.pytest-$key.lock"
+flock 9  # tests running in parallel wait for the one that builds it
 if [ ! -f "$env_dir/.complete" ]; then
     echo "setup_env: building $env_dir (torch is several GB; once per pin set)" >&2
     rm -rf "$env_dir"
-    mkdir -p "$cache"
     "$python" -m venv "$env_dir"
     "$env_dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir -r "$requirements" >&2
     touch "$env_dir/.complete"

@@ -235,7 +235,7 @@ std::vector<float> compat_scaled_inv_freq(double base, int rotary_dim, const Sca
     if (sc.type == ROPE_SCALING_DYNAMIC && longer) {
         const float grown = factor * static_cast<float>(length) / static_cast<float>(sc.original_max) -
                             static_cast<float>(sc.factor - 1);
-        base_f32 = base_f32 * powf_rounded(grown, static_cast<float>(rotary_dim / (rotary_dim - 2.0)));
+        base_f32 = base_f32 * static_cast<float>(std::pow(static_cast<double>(grown), rotary_dim / (rotary_dim - 2.0)));
     }
     const auto [low, high] = yarn_bounds(base, rotary_dim, sc);
     const int pairs = rotary_dim / 2;

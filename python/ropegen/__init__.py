@@ -1,0 +1,318 @@
+# SPDX-License-Identifier: Apache-2.0
+"""ropegen's C ABI (runtime/include/ropegen/rope.h) for Python, through ctypes over libropegen.so.
+
+Arrays are passed to the library as they are, never copied: numpy arrays (through the array
+interface; bfloat16 through ml_dtypes' dtype when installed) and torch CPU tensors (through
+data_ptr and stride). Tensors are [batch, seq, heads, head_dim] views of any strides (the
+head_dim stride 1), or [seq, heads, head_dim] for one sequence. A call the library refuses raises
+RopeError with the library's status and message, and leaves every array untouched.
+
+    import ropegen
+    ropegen.rope(q, k, positions=pos, scaling={"rope_type": "llama3", "factor": 8.0, ...})
+"""
+import ctypes
+import os
+from pathlib import Path
+
+__all__ = ["RopeError", "rope", "build_cos_sin_cache", "library_version", "query"]
+
+# --- the ABI's types, field for field as rope.h declares them -----------------------------------
+F32, F16, BF16 = 0, 1, 2
+_STYLES = {"half": 0, "interleaved": 1}
+_SOURCES = {"cache": 0, "compat": 1, "precise": 2}
+_SCALINGS = {"default": 0, "linear": 1, "dynamic": 2, "yarn": 3, "longrope": 4, "llama3": 5, "inv_freq": 6}
+_ABI_VERSION = 1
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("sizes", ctypes.c_int64 * 4),
+                ("strides", ctypes.c_int64 * 4)]
+
+
+class _Positions(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("index_type", ctypes.c_int), ("data", ctypes.c_void_p),
+                ("strides", ctypes.c_int64 * 2), ("offset", ctypes.c_int64)]
+
+
+class _Angles(ctypes.Structure):
+    _fields_ = [("source", ctypes.c_int), ("cos_cache", ctypes.c_void_p), ("sin_cache", ctypes.c_void_p),
+                ("cache_len", ctypes.c_int64), ("cache_row_stride", ctypes.c_int64), ("cache_dtype", ctypes.c_int),
+                ("base", ctypes.c_double), ("attn_factor", ctypes.c_float)]
+
+
+class _Scaling(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("factor", ctypes.c_float), ("original_max_positions", ctypes.c_int64),
+                ("max_positions", ctypes.c_int64), ("low_freq_factor", ctypes.c_float),
+                ("high_freq_factor", ctypes.c_float), ("beta_fast", ctypes.c_float), ("beta_slow", ctypes.c_float),
+                ("mscale", ctypes.c_float), ("mscale_all_dim", ctypes.c_float), ("yarn_no_truncate", ctypes.c_int32),
+                ("short_factor", ctypes.c_void_p), ("long_factor", ctypes.c_void_p), ("inv_freq", ctypes.c_void_p)]
+
+
+class _Params(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("abi_version", ctypes.c_uint32), ("style", ctypes.c_int),
+                ("direction", ctypes.c_int), ("rotary_dim", ctypes.c_int32), ("rotary_offset", ctypes.c_int32),
+                ("q", _Tensor), ("k", _Tensor), ("q_out", _Tensor), ("k_out", _Tensor), ("positions", _Positions),
+                ("angles", _Angles), ("num_threads", ctypes.c_int32), ("device", ctypes.c_int),
+                ("stream", ctypes.c_void_p), ("scaling", _Scaling), ("round_cos_sin", ctypes.c_int32)]
+
+
+class _Report(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("status", ctypes.c_int), ("message", ctypes.c_char * 256),
+                ("kernel", ctypes.c_char * 96)]
+
+
+class _CacheSpec(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("source", ctypes.c_int), ("rotary_dim", ctypes.c_int32),
+                ("base", ctypes.c_double), ("attn_factor", ctypes.c_float), ("scaling", _Scaling),
+                ("cos_cache", ctypes.c_void_p), ("sin_cache", ctypes.c_void_p), ("cache_len", ctypes.c_int64),
+                ("cache_row_stride", ctypes.c_int64), ("cache_dtype", ctypes.c_int)]
+
+
+def _load_library():
+    """ROPEGEN_LIBRARY, else the libropegen.so beside this package (the build's staging), else the system's."""
+    candidates = [os.environ.get("ROPEGEN_LIBRARY"), Path(__file__).resolve().parent / "libropegen.so", "libropegen.so.1"]
+    errors = []
+    for candidate in candidates:
+        if candidate is None or (isinstance(candidate, Path) and not candidate.exists()):
+            continue
+        try:
+            return ctypes.CDLL(str(candidate))
+        except OSError as error:
+            errors.append(str(error))
+    raise ImportError("ropegen: libropegen.so not found (set ROPEGEN_LIBRARY to its path): " + "; ".join(errors))
+
+
+_lib = _load_library()
+for _name, _args in {"rope_dispatch": [ctypes.POINTER(_Params), ctypes.POINTER(_Report)],
+                     "rope_query": [ctypes.POINTER(_Params), ctypes.POINTER(_Report)],
+                     "rope_build_cos_sin_cache": [ctypes.POINTER(_CacheSpec), ctypes.POINTER(_Report)],
+                     "rope_status_string": [ctypes.c_int], "rope_version_string": [],
+                     "rope_abi_version": []}.items():
+    getattr(_lib, _name).argtypes = _args
+_lib.rope_dispatch.restype = _lib.rope_query.restype = _lib.rope_build_cos_sin_cache.restype = ctypes.c_int
+_lib.rope_status_string.restype = _lib.rope_version_string.restype = ctypes.c_char_p
+_lib.rope_abi_version.restype = ctypes.c_uint32
+if _lib.rope_abi_version() != _ABI_VERSION:
+    raise ImportError(f"ropegen: libropegen.so has ABI version {_lib.rope_abi_version()}, this binding {_ABI_VERSION}")
+
+
+class RopeError(ValueError):
+    """A call the library refused: `status` is the rope_status name, the message the library's."""
+
+    def __init__(self, status, message):
+        self.status_code = status
+        self.status = _lib.rope_status_string(status).decode().split(":")[0]
+        super().__init__(f"{self.status}: {message}")
+
+
+def library_version():
+    return _lib.rope_version_string().decode()
+
+
+# --- arrays as rope_tensor views -----------------------------------------------------------------
+def _array_view(x, name, writable=False):
+    """(data pointer, dtype code, sizes, element strides) of a torch tensor or a numpy array, no copy."""
+    if hasattr(x, "data_ptr") and hasattr(x, "stride"):  # torch
+        if x.device.type != "cpu":
+            raise RopeError(13, f"{name} is on {x.device}; the binding passes CPU tensors only")
+        dtype = {"torch.float32": F32, "torch.float16": F16, "torch.bfloat16": BF16}.get(str(x.dtype))
+        if dtype is None:
+            raise RopeError(3, f"{name}.dtype={x.dtype}: not float32, float16 or bfloat16")
+        return x.data_ptr(), dtype, list(x.shape), list(x.stride())
+    interface = getattr(x, "__array_interface__", None)
+    if interface is None:
+        raise TypeError(f"{name}: a torch tensor or an object with the array interface (numpy), not {type(x).__name__}")
+    if writable and interface["data"][1]:
+        raise RopeError(1, f"{name} is read-only")
+    dtype = {"float32": F32, "float16": F16, "bfloat16": BF16}.get(getattr(getattr(x, "dtype", None), "name", ""))
+    if dtype is None:
+        raise RopeError(3, f"{name}.dtype={getattr(x, 'dtype', interface['typestr'])}: not float32, float16 or bfloat16")
+    itemsize = 4 if dtype == F32 else 2
+    shape = list(interface["shape"])
+    strides = interface.get("strides")
+    if strides is None:  # C-contiguous
+        strides, step = [], 1
+        for size in reversed(shape):
+            strides.insert(0, step)
+            step *= size
+    else:
+        if any(s % itemsize for s in strides):
+            raise RopeError(8, f"{name}.strides={strides} bytes: not whole elements")
+        strides = [s // itemsize for s in strides]
+    return interface["data"][0], dtype, shape, strides
+
+
+def _tensor(x, name, writable=False):
+    if x is None:
+        return _Tensor()
+    data, dtype, sizes, strides = _array_view(x, name, writable)
+    if len(sizes) == 3:  # one sequence: [seq, heads, head_dim]
+        sizes, strides = [1] + sizes, [0] + strides
+    if len(sizes) != 4:
+        raise RopeError(6, f"{name} has {len(sizes)} dimensions; [batch, seq, heads, head_dim] or [seq, heads, head_dim]")
+    return _Tensor(data, dtype, (ctypes.c_int64 * 4)(*sizes), (ctypes.c_int64 * 4)(*strides))
+
+
+def _index_view(x, name):
+    """An integer array (int32 or int64, numpy or torch) as (pointer, index type, shape, element strides)."""
+    if hasattr(x, "data_ptr") and hasattr(x, "stride"):
+        kinds = {"torch.int32": 0, "torch.int64": 1}
+        if str(x.dtype) not in kinds or x.device.type != "cpu":
+            raise RopeError(2, f"{name}: a CPU int32 or int64 tensor, not {x.dtype} on {x.device}")
+        return x.data_ptr(), kinds[str(x.dtype)], list(x.shape), list(x.stride())
+    interface = x.__array_interface__
+    kind = {"<i4": 0, "<i8": 1}.get(interface["typestr"])
+    if kind is None:
+        raise RopeError(2, f"{name}.dtype={interface['typestr']}: positions are int32 or int64")
+    itemsize = 4 if kind == 0 else 8
+    shape = list(interface["shape"])
+    strides = interface.get("strides")
+    if strides is None:
+        strides = [shape[1] if len(shape) == 2 else 1, 1][-len(shape):]
+    else:
+        strides = [s // itemsize for s in strides]
+    return interface["data"][0], kind, shape, strides
+
+
+def _float_table(values, count, name):
+    """A float32 table of `count` values (kept alive by the returned ctypes array)."""
+    values = [float(v) for v in values]
+    if len(values) != count:
+        raise RopeError(11, f"scaling.{name} has {len(values)} values; rotary_dim/2={count} are read")
+    return (ctypes.c_float * count)(*values)
+
+
+def _scaling(scaling, pairs, keep_alive):
+    """transformers' rope_parameters (rope_type, factor, original_max_position_embeddings, ...) as rope_scaling.
+
+    Returns (rope_scaling, attention_factor or 0)."""
+    out = _Scaling()
+    if not scaling:
+        return out, 0.0
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    if rope_type not in _SCALINGS:
+        raise RopeError(2, f"scaling rope_type={rope_type!r}: one of {', '.join(_SCALINGS)}")
+    out.type = _SCALINGS[rope_type]
+    out.factor = float(scaling.get("factor") or 0.0)
+    out.original_max_positions = int(scaling.get("original_max_position_embeddings") or 0)
+    out.max_positions = int(scaling.get("max_position_embeddings") or 0)
+    out.low_freq_factor = float(scaling.get("low_freq_factor") or 0.0)
+    out.high_freq_factor = float(scaling.get("high_freq_factor") or 0.0)
+    out.beta_fast = float(scaling.get("beta_fast") or 0.0)
+    out.beta_slow = float(scaling.get("beta_slow") or 0.0)
+    out.mscale = float(scaling.get("mscale") or 0.0)
+    out.mscale_all_dim = float(scaling.get("mscale_all_dim") or 0.0)
+    out.yarn_no_truncate = 0 if scaling.get("truncate", True) else 1
+    for field in ("short_factor", "long_factor", "inv_freq"):
+        if scaling.get(field) is not None:
+            table = _float_table(scaling[field], pairs, field)
+            keep_alive.append(table)
+            setattr(out, field, ctypes.cast(table, ctypes.c_void_p))
+    return out, float(scaling.get("attention_factor") or 0.0)
+
+
+def _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base, attn_factor, scaling,
+            round_cos_sin, rotary_dim, rotary_offset, cos_cache, sin_cache, num_threads, keep_alive):
+    p = _Params()
+    p.struct_size = ctypes.sizeof(_Params)
+    p.abi_version = _ABI_VERSION
+    if style not in _STYLES or source not in _SOURCES:
+        raise RopeError(2, f"style={style!r} (half, interleaved) / source={source!r} (cache, compat, precise)")
+    p.style = _STYLES[style]
+    p.direction = 1 if inverse else 0
+    p.rotary_dim = rotary_dim
+    p.rotary_offset = rotary_offset
+    p.q = _tensor(q, "q")
+    p.k = _tensor(k, "k")
+    p.q_out = _tensor(q if q_out is None else q_out, "q_out", writable=True)
+    p.k_out = _tensor(k if k_out is None else k_out, "k_out", writable=True) if k is not None else _Tensor()
+    if positions is None:
+        p.positions.kind, p.positions.offset = 0, int(offset)
+    else:
+        data, kind, shape, strides = _index_view(positions, "positions")
+        p.positions.index_type = kind
+        p.positions.data = data
+        if len(shape) == 2:  # [batch, seq]
+            p.positions.kind = 1
+            p.positions.strides[0], p.positions.strides[1] = strides
+        elif len(shape) == 1 and p.q.sizes[0] == 1 and shape[0] == p.q.sizes[1]:  # one sequence's [seq]
+            p.positions.kind = 1
+            p.positions.strides[1] = strides[0]
+        else:  # [batch] offsets
+            p.positions.kind = 0
+            p.positions.strides[0] = strides[0]
+    p.angles.source = _SOURCES[source]
+    p.angles.base = float(base)
+    pairs = (rotary_dim or p.q.sizes[3]) // 2
+    p.scaling, scaling_attention = _scaling(scaling, pairs, keep_alive)
+    p.angles.attn_factor = float(attn_factor or scaling_attention)
+    if source == "cache":
+        for name, table in (("cos_cache", cos_cache), ("sin_cache", sin_cache)):
+            if table is None:
+                raise RopeError(1, f"{name} is None; the cache source needs both tables")
+        cos_view, sin_view = _array_view(cos_cache, "cos_cache"), _array_view(sin_cache, "sin_cache")
+        p.angles.cos_cache, p.angles.sin_cache = cos_view[0], sin_view[0]
+        p.angles.cache_dtype = cos_view[1]
+        p.angles.cache_len = cos_view[2][0]
+        p.angles.cache_row_stride = cos_view[3][0]
+    p.round_cos_sin = 1 if round_cos_sin else 0
+    p.num_threads = num_threads
+    return p
+
+
+def _call(function, params):
+    report = _Report()
+    report.struct_size = ctypes.sizeof(_Report)
+    status = function(ctypes.byref(params), ctypes.byref(report))
+    if status != 0:
+        raise RopeError(status, report.message.decode())
+    return report.kernel.decode()
+
+
+def rope(q, k=None, *, q_out=None, k_out=None, positions=None, offset=0, style="half", inverse=False,
+         source="compat", base=10000.0, attn_factor=0.0, scaling=None, round_cos_sin=False, rotary_dim=0,
+         rotary_offset=0, cos_cache=None, sin_cache=None, num_threads=0):
+    """Rotates q (and k) with rope_dispatch; in place unless q_out/k_out are given. Returns the kernel's name.
+
+    positions: None (offset + s), a [batch] array of offsets, or a [batch, seq] (one sequence: [seq])
+    table, int32 or int64. scaling: transformers' rope_parameters as a dict ("rope_type", "factor",
+    "original_max_position_embeddings", "max_position_embeddings", "low_freq_factor",
+    "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate",
+    "attention_factor", "short_factor", "long_factor"; "inv_freq" for rope_type "inv_freq").
+    """
+    keep_alive = []
+    params = _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base, attn_factor, scaling,
+                     round_cos_sin, rotary_dim, rotary_offset, cos_cache, sin_cache, num_threads, keep_alive)
+    return _call(_lib.rope_dispatch, params)
+
+
+def query(q, k=None, **arguments):
+    """Validates like rope() and returns the name of the kernel it would run; runs nothing."""
+    keep_alive = []
+    defaults = dict(q_out=None, k_out=None, positions=None, offset=0, style="half", inverse=False, source="compat",
+                    base=10000.0, attn_factor=0.0, scaling=None, round_cos_sin=False, rotary_dim=0, rotary_offset=0,
+                    cos_cache=None, sin_cache=None, num_threads=0)
+    defaults.update(arguments)
+    params = _params(q, k, keep_alive=keep_alive, **defaults)
+    return _call(_lib.rope_query, params)
+
+
+def build_cos_sin_cache(cos, sin, *, rotary_dim, source="compat", base=10000.0, attn_factor=0.0, scaling=None):
+    """Fills cos and sin ([cache_len, row_stride] arrays of one dtype, row_stride >= rotary_dim/2) with the
+    cache-source tables of positions 0..cache_len-1 (rope_build_cos_sin_cache)."""
+    keep_alive = []
+    spec = _CacheSpec()
+    spec.struct_size = ctypes.sizeof(_CacheSpec)
+    spec.source = _SOURCES.get(source, -1)
+    spec.rotary_dim = rotary_dim
+    spec.base = float(base)
+    spec.scaling, scaling_attention = _scaling(scaling, rotary_dim // 2, keep_alive)
+    spec.attn_factor = float(attn_factor or scaling_attention)
+    cos_view, sin_view = _array_view(cos, "cos", writable=True), _array_view(sin, "sin", writable=True)
+    if cos_view[1:] != sin_view[1:] or len(cos_view[2]) != 2 or cos_view[3][1] != 1:
+        raise RopeError(6, "cos and sin must be [cache_len, row_stride] arrays of one dtype, shape and strides, rows contiguous")
+    spec.cos_cache, spec.sin_cache = cos_view[0], sin_view[0]
+    spec.cache_len = cos_view[2][0]
+    spec.cache_row_stride = cos_view[3][0]
+    spec.cache_dtype = cos_view[1]
+    return _call(_lib.rope_build_cos_sin_cache, spec)

@@ -1,0 +1,97 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The Python binding (python/ropegen, ctypes over libropegen.so): numpy arrays and torch tensors
+passed without copies, results against an fp64 reference of spec §2, the library's validation as
+RopeError, the cache builder (ctest label "python")."""
+import unittest
+
+import numpy as np
+import torch
+
+import ropegen
+
+
+def reference_half(x, positions, base=10000.0):
+    """Half-style forward RoPE in fp64 (spec §1-§2): x [batch, seq, heads, D], positions [batch, seq]."""
+    x = np.asarray(x, dtype=np.float64)
+    pairs = x.shape[-1] // 2
+    inv_freq = base ** (-np.arange(pairs) * 2.0 / x.shape[-1])
+    angle = positions[..., None].astype(np.float64) * inv_freq  # [batch, seq, pairs]
+    c, s = np.cos(angle)[:, :, None], np.sin(angle)[:, :, None]
+    a, b = x[..., :pairs], x[..., pairs:]
+    return np.concatenate([a * c - b * s, b * c + a * s], axis=-1)
+
+
+class Binding(unittest.TestCase):
+    def setUp(self):
+        self.rng = np.random.default_rng(5)
+
+    def test_numpy_in_place_matches_the_reference(self):
+        q = self.rng.uniform(-1, 1, (2, 5, 3, 64)).astype(np.float32)
+        before, address = q.copy(), q.__array_interface__["data"][0]
+        positions = np.arange(10, dtype=np.int64).reshape(2, 5) * 37
+        kernel = ropegen.rope(q, positions=positions, source="precise")
+        self.assertIn("precise_d64_f32", kernel)
+        self.assertEqual(q.__array_interface__["data"][0], address)
+        np.testing.assert_allclose(q, reference_half(before, positions), atol=2e-6, rtol=0)
+
+    def test_numpy_strided_views_and_offsets(self):
+        # BHSD memory seen as [batch, seq, heads, D]; q and k views into one packed buffer.
+        packed = self.rng.uniform(-1, 1, (2, 6, 4, 32)).astype(np.float32)  # [batch, 3 q + 3 k heads, seq, D]
+        q, k = packed[:, :3].transpose(0, 2, 1, 3), packed[:, 3:].transpose(0, 2, 1, 3)
+        before = packed.copy()
+        offsets = np.array([0, 100], dtype=np.int32)
+        ropegen.rope(q, k, positions=offsets, source="precise")
+        positions = np.arange(4)[None, :] + offsets[:, None]
+        want_q = reference_half(before[:, :3].transpose(0, 2, 1, 3), positions)
+        want_k = reference_half(before[:, 3:].transpose(0, 2, 1, 3), positions)
+        np.testing.assert_allclose(q, want_q, atol=2e-6, rtol=0)
+        np.testing.assert_allclose(k, want_k, atol=2e-6, rtol=0)
+
+    def test_torch_bf16_transposed_view_is_not_copied(self):
+        q = torch.from_numpy(self.rng.uniform(-1, 1, (1, 8, 16, 128)).astype(np.float32)).to(torch.bfloat16)  # BHSD
+        out = torch.empty_like(q)
+        positions = torch.arange(16, dtype=torch.int32)[None]
+        ropegen.rope(q.transpose(1, 2), q_out=out.transpose(1, 2), positions=positions, source="compat")
+        want = reference_half(q.transpose(1, 2).float().numpy(), positions.numpy().astype(np.int64))
+        got = out.transpose(1, 2).float().numpy()
+        np.testing.assert_allclose(got, want, atol=2 ** -7, rtol=2 ** -7)
+
+    def test_errors_are_exceptions_and_touch_nothing(self):
+        q = self.rng.uniform(-1, 1, (1, 4, 2, 64)).astype(np.float32)
+        before = q.copy()
+        with self.assertRaises(ropegen.RopeError) as raised:
+            ropegen.rope(q, rotary_dim=65)
+        self.assertEqual(raised.exception.status, "ROPE_ERR_BAD_ROTARY")
+        self.assertIn("rotary_dim=65", str(raised.exception))
+        with self.assertRaises(ropegen.RopeError) as raised:
+            ropegen.rope(q, positions=np.array([[0, 1, -3, 2]], dtype=np.int64))
+        self.assertEqual(raised.exception.status, "ROPE_ERR_POSITION_OUT_OF_RANGE")
+        with self.assertRaises(ropegen.RopeError) as raised:
+            ropegen.rope(q, scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+                                     "high_freq_factor": 1.0, "original_max_position_embeddings": 8192})
+        self.assertIn("high_freq_factor", str(raised.exception))
+        with self.assertRaises(ropegen.RopeError):
+            ropegen.rope(q.astype(np.float64))
+        np.testing.assert_array_equal(q, before)
+
+    def test_query_names_the_kernel_and_runs_nothing(self):
+        q = self.rng.uniform(-1, 1, (1, 4, 2, 80)).astype(np.float32)
+        before = q.copy()
+        self.assertIn("dany", ropegen.query(q, style="interleaved"))
+        np.testing.assert_array_equal(q, before)
+
+    def test_cache_builder_feeds_the_cache_source(self):
+        for dtype in (np.float32, np.float16):
+            with self.subTest(dtype=dtype.__name__):
+                scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+                cos, sin = np.zeros((200, 40), dtype), np.zeros((200, 40), dtype)
+                ropegen.build_cos_sin_cache(cos, sin, rotary_dim=64, scaling=scaling)
+                x = self.rng.uniform(-1, 1, (1, 200, 2, 64)).astype(dtype)
+                computed, cached = x.copy(), x.copy()
+                ropegen.rope(computed, scaling=scaling, round_cos_sin=True)
+                ropegen.rope(cached, source="cache", cos_cache=cos[:, :32], sin_cache=sin[:, :32])
+                np.testing.assert_array_equal(computed, cached)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -6,11 +6,13 @@
 //           table is read through its low words, an offset table with seq stride 0);
 //           positions_given (false: positions is not read, as for one scalar offset);
 //           position_base (added to every position); position_step (1 for offsets, else 0):
-//           position(s, b) = (positions_given ? positions(s, b) : 0) + position_base + s * position_step;
+//           position(s, b) = (positions_given ? positions(s, b, stream) : 0) + position_base + s * position_step;
 //           cos_table, sin_table [pair, row] (cache source,
 //           f32), cos_table_narrow, sin_table_narrow (the same in the tensor dtype), narrow_tables
 //           (which pair to read);
-//           base, attn_factor, sin_sign (+1 forward, -1 inverse), rotary_offset, rotary_pairs
+//           base, attn_factor, sin_sign (+1 forward, -1 inverse), rotary_offset, rotary_pairs;
+//           the scaling's scalars and per-pair tables; round_cos_sin; mrope_end0, mrope_end1 (the
+//           pairs of mrope's first stream, and of its first two: P and P without mrope)
 //   outputs per tensor: *_rotated, the rotary lanes as (pair, half) for the half style or
 //           (half, pair) for the interleaved style, then [head, seq, batch]; *_lead and *_tail,
 //           the lanes before and after the rotary slice (empty for full rotary or in place).
@@ -66,7 +68,7 @@ public:
     void configure() {
         q_ = add_input<Buffer<>>("q", dtype, 4);
         k_ = add_input<Buffer<>>("k", dtype, 4);
-        positions_ = add_input<Buffer<int32_t, 2>>("positions");
+        positions_ = add_input<Buffer<int32_t, 3>>("positions");
         positions_given_ = add_input<bool>("positions_given");
         position_base_ = add_input<int32_t>("position_base");
         position_step_ = add_input<int32_t>("position_step");
@@ -92,6 +94,8 @@ public:
         long_factor_ = add_input<Buffer<float, 1>>("long_factor");
         given_inv_freq_ = add_input<Buffer<float, 1>>("given_inv_freq");
         round_cos_sin_ = add_input<bool>("round_cos_sin");
+        mrope_end0_ = add_input<int32_t>("mrope_end0");
+        mrope_end1_ = add_input<int32_t>("mrope_end1");
         for (const char *tensor : {"q", "k"}) {
             outputs_.push_back({add_output<Buffer<>>(std::string(tensor) + "_rotated", dtype, 5),
                                 add_output<Buffer<>>(std::string(tensor) + "_lead", dtype, 4),
@@ -102,8 +106,8 @@ public:
     void generate() {
         const RopeVars v;
         // Token positions: an explicit table, or offset[batch] + seq (spec §5).
-        position_(v.seq, v.batch) = select(*positions_given_, (*positions_)(v.seq, v.batch), 0) + *position_base_ +
-                                    v.seq * (*position_step_);
+        position_(v.seq, v.batch, v.stream) = select(*positions_given_, (*positions_)(v.seq, v.batch, v.stream), 0) +
+                                              *position_base_ + v.seq * (*position_step_);
         if (source != Source::Cache) {
             define_inv_freq();
         }
@@ -237,7 +241,7 @@ private:
         Expr length = 0;
         if (scaled) {
             const RDom token(0, positions_->dim(0).extent());
-            sequence_length_(v.batch) = maximum(position_(token, v.batch)) + 1;
+            sequence_length_(v.batch) = maximum(position_(token, v.batch, 0)) + 1;
             length = sequence_length_(v.row);
             length_rows_ = select(depends_on_length(scaling), 1, 0);
         }
@@ -253,8 +257,8 @@ private:
     void define_cos_sin() {
         const RopeVars v;
         Func &cs = cos_sin_;
-        const Expr position = position_(v.seq, v.batch);
         if (source == Source::Cache) {
+            const Expr position = position_(v.seq, v.batch, 0);
             // Rows are validated against cache_len before any kernel runs (spec §5), except in device
             // memory, which the dispatcher cannot read without synchronizing: there the row is
             // clamped, so that no position reads outside the cache.
@@ -273,6 +277,12 @@ private:
             cs(v.pair, v.seq, v.batch) = {rounded_to_dtype(c), rounded_to_dtype(s) * (*sin_sign_)};
             return;
         }
+        // mrope (spec §6): pair i takes its position from the stream whose section holds it;
+        // [0, mrope_end0) temporal, [mrope_end0, mrope_end1) height, the rest width. CUDA calls
+        // take no mrope (runtime/src/validate.cpp).
+        const Expr stream = get_target().has_gpu_feature() ? Expr(0)
+                                                           : select(v.pair < *mrope_end0_, 0, v.pair < *mrope_end1_, 1, 2);
+        const Expr position = position_(v.seq, v.batch, stream);
         // compat: the f32 angle transformers computes; precise: the angle in f64.
         const Expr inv_freq = inv_freq_(v.pair, inv_freq_row(v.batch));
         const Expr angle = source == Source::Compat ? cast<double>(cast<float>(position) * inv_freq)
@@ -317,12 +327,13 @@ private:
     }
 
     GeneratorInput<Buffer<>> *q_ = nullptr, *k_ = nullptr;
-    GeneratorInput<Buffer<int32_t, 2>> *positions_ = nullptr;
+    GeneratorInput<Buffer<int32_t, 3>> *positions_ = nullptr;
     GeneratorInput<Buffer<float, 2>> *cos_table_ = nullptr, *sin_table_ = nullptr;
     GeneratorInput<Buffer<>> *cos_table_narrow_ = nullptr, *sin_table_narrow_ = nullptr;
     GeneratorInput<bool> *narrow_tables_ = nullptr, *positions_given_ = nullptr, *yarn_truncate_ = nullptr,
                          *round_cos_sin_ = nullptr;
-    GeneratorInput<int32_t> *scaling_type_ = nullptr, *original_max_positions_ = nullptr;
+    GeneratorInput<int32_t> *scaling_type_ = nullptr, *original_max_positions_ = nullptr, *mrope_end0_ = nullptr,
+                            *mrope_end1_ = nullptr;
     GeneratorInput<float> *scaling_factor_ = nullptr, *low_freq_factor_ = nullptr, *high_freq_factor_ = nullptr,
                           *beta_fast_ = nullptr, *beta_slow_ = nullptr;
     GeneratorInput<Buffer<float, 1>> *short_factor_ = nullptr, *long_factor_ = nullptr, *given_inv_freq_ = nullptr;

@@ -16,6 +16,7 @@ struct RopeVars {
     Halide::Var seq{"seq"};
     Halide::Var batch{"batch"};
     Halide::Var row{"row"};      ///< inv_freq row: a batch item, or 0 for frequencies the call shares
+    Halide::Var stream{"stream"};  ///< position stream: mrope's temporal, height, width, or the only one
 };
 
 /// Where cos/sin are evaluated: per parallel task (a table of the task's tokens, one per tensor),

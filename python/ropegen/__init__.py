@@ -48,12 +48,17 @@ class _Scaling(ctypes.Structure):
                 ("short_factor", ctypes.c_void_p), ("long_factor", ctypes.c_void_p), ("inv_freq", ctypes.c_void_p)]
 
 
+class _Mrope(ctypes.Structure):
+    _fields_ = [("sections", ctypes.c_int32 * 3), ("stream_stride", ctypes.c_int64)]
+
+
 class _Params(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("abi_version", ctypes.c_uint32), ("style", ctypes.c_int),
                 ("direction", ctypes.c_int), ("rotary_dim", ctypes.c_int32), ("rotary_offset", ctypes.c_int32),
                 ("q", _Tensor), ("k", _Tensor), ("q_out", _Tensor), ("k_out", _Tensor), ("positions", _Positions),
                 ("angles", _Angles), ("num_threads", ctypes.c_int32), ("device", ctypes.c_int),
-                ("stream", ctypes.c_void_p), ("scaling", _Scaling), ("round_cos_sin", ctypes.c_int32)]
+                ("stream", ctypes.c_void_p), ("scaling", _Scaling), ("round_cos_sin", ctypes.c_int32),
+                ("mrope", _Mrope)]
 
 
 class _Report(ctypes.Structure):
@@ -212,7 +217,7 @@ def _scaling(scaling, pairs, keep_alive):
 
 
 def _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base, attn_factor, scaling,
-            round_cos_sin, rotary_dim, rotary_offset, cos_cache, sin_cache, num_threads, keep_alive):
+            round_cos_sin, rotary_dim, rotary_offset, cos_cache, sin_cache, num_threads, mrope_section, keep_alive):
     p = _Params()
     p.struct_size = ctypes.sizeof(_Params)
     p.abi_version = _ABI_VERSION
@@ -232,7 +237,14 @@ def _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base,
         data, kind, shape, strides = _index_view(positions, "positions")
         p.positions.index_type = kind
         p.positions.data = data
-        if len(shape) == 2:  # [batch, seq]
+        if mrope_section is not None:  # [3 streams, batch, seq]
+            if len(shape) != 3 or shape[0] != 3:
+                raise RopeError(6, f"positions.shape={tuple(shape)}: mrope takes [3, batch, seq] positions")
+            p.positions.kind = 1
+            p.positions.strides[0], p.positions.strides[1] = strides[1], strides[2]
+            p.mrope.stream_stride = strides[0]
+            p.mrope.sections[:] = [int(n) for n in mrope_section]
+        elif len(shape) == 2:  # [batch, seq]
             p.positions.kind = 1
             p.positions.strides[0], p.positions.strides[1] = strides
         elif len(shape) == 1 and p.q.sizes[0] == 1 and shape[0] == p.q.sizes[1]:  # one sequence's [seq]
@@ -271,18 +283,20 @@ def _call(function, params):
 
 def rope(q, k=None, *, q_out=None, k_out=None, positions=None, offset=0, style="half", inverse=False,
          source="compat", base=10000.0, attn_factor=0.0, scaling=None, round_cos_sin=False, rotary_dim=0,
-         rotary_offset=0, cos_cache=None, sin_cache=None, num_threads=0):
+         rotary_offset=0, cos_cache=None, sin_cache=None, num_threads=0, mrope_section=None):
     """Rotates q (and k) with rope_dispatch; in place unless q_out/k_out are given. Returns the kernel's name.
 
     positions: None (offset + s), a [batch] array of offsets, or a [batch, seq] (one sequence: [seq])
-    table, int32 or int64. scaling: transformers' rope_parameters as a dict ("rope_type", "factor",
+    table, int32 or int64; with mrope_section ([temporal, height, width] pairs, Qwen2-VL), a
+    [3, batch, seq] table. scaling: transformers' rope_parameters as a dict ("rope_type", "factor",
     "original_max_position_embeddings", "max_position_embeddings", "low_freq_factor",
     "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate",
     "attention_factor", "short_factor", "long_factor"; "inv_freq" for rope_type "inv_freq").
     """
     keep_alive = []
     params = _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base, attn_factor, scaling,
-                     round_cos_sin, rotary_dim, rotary_offset, cos_cache, sin_cache, num_threads, keep_alive)
+                     round_cos_sin, rotary_dim, rotary_offset, cos_cache, sin_cache, num_threads, mrope_section,
+                     keep_alive)
     return _call(_lib.rope_dispatch, params)
 
 
@@ -291,7 +305,7 @@ def query(q, k=None, **arguments):
     keep_alive = []
     defaults = dict(q_out=None, k_out=None, positions=None, offset=0, style="half", inverse=False, source="compat",
                     base=10000.0, attn_factor=0.0, scaling=None, round_cos_sin=False, rotary_dim=0, rotary_offset=0,
-                    cos_cache=None, sin_cache=None, num_threads=0)
+                    cos_cache=None, sin_cache=None, num_threads=0, mrope_section=None)
     defaults.update(arguments)
     params = _params(q, k, keep_alive=keep_alive, **defaults)
     return _call(_lib.rope_query, params)

@@ -278,6 +278,10 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
     const int64_t pos_batch_stride = positions_given ? pos.strides[0] * scale : 0;
     const int32_t position_step = table ? 0 : 1;
     const int64_t scalar_offset = positions_given ? 0 : pos.offset;
+    // mrope (spec §6): pairs [0, end0) read the first position stream, [end0, end1) the second.
+    const bool mrope = p.mrope.sections[0] != 0 || p.mrope.sections[1] != 0 || p.mrope.sections[2] != 0;
+    const int32_t mrope_end0 = mrope ? p.mrope.sections[0] : call.rotary_dim / 2;
+    const int32_t mrope_end1 = mrope ? p.mrope.sections[0] + p.mrope.sections[1] : call.rotary_dim / 2;
 
     // Axes to slice: strides beyond Halide's int32 dimensions; for CUDA kernels (32-bit indexing)
     // also spans of 2^31 elements or more, slicing batch, then seq, then heads until each fits.
@@ -378,9 +382,10 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
                 const int64_t pos_offset = slice.begin[0] * pos_batch_stride + slice.begin[1] * pos_seq_stride;
                 Buffer positions(positions_given ? const_cast<int32_t *>(static_cast<const int32_t *>(pos.data)) + pos_offset
                                                  : placeholder,
-                                 halide_type_t(halide_type_int, 32), 2);
+                                 halide_type_t(halide_type_int, 32), 3);
                 positions.set(0, 0, slice.extent[1], slice.extent[1] > 1 ? pos_seq_stride : 0);
                 positions.set(1, 0, slice.extent[0], slice.extent[0] > 1 ? pos_batch_stride : 0);
+                positions.set(2, 0, mrope ? 3 : 1, mrope ? p.mrope.stream_stride * scale : 0);
                 const auto position_base = static_cast<int32_t>(scalar_offset + slice.begin[1] * position_step);
                 [[maybe_unused]] halide_buffer_t *buffers[] = {&q.input.raw,    &k.input.raw,    &positions.raw,  &cos_table.raw,
                                               &sin_table.raw,  &cos_narrow.raw, &sin_narrow.raw, &q.rotated.raw,
@@ -401,6 +406,7 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
                                              static_cast<int32_t>(sc.original_max_positions), sc.low_freq_factor,
                                              sc.high_freq_factor, call.beta_fast, call.beta_slow, sc.yarn_no_truncate == 0,
                                              &short_factor.raw, &long_factor.raw, &given_inv_freq.raw, p.round_cos_sin != 0,
+                                             mrope_end0, mrope_end1,
                                              &q.rotated.raw, &q.lead.raw,
                                              &q.tail.raw, &k.rotated.raw, &k.lead.raw, &k.tail.raw);
                 }

@@ -197,6 +197,34 @@ double yarn_mscale(double factor, double mscale) {
     return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
 }
 
+// mrope (spec §6): three position streams, sections of the pairs.
+void check_mrope(Failure &f, const rope_params &p, const ValidCall &call, bool on_device) {
+    const rope_mrope &m = p.mrope;
+    if (m.sections[0] == 0 && m.sections[1] == 0 && m.sections[2] == 0) {
+        return;
+    }
+    const int64_t pairs = call.rotary_dim / 2;
+    if (m.sections[0] < 0 || m.sections[1] < 0 || m.sections[2] < 0 ||
+        int64_t{m.sections[0]} + m.sections[1] + m.sections[2] != pairs) {
+        f.fail(ROPE_ERR_BAD_VALUE) << "mrope.sections=[" << m.sections[0] << ", " << m.sections[1] << ", " << m.sections[2]
+                                   << "] must be >= 0 and sum to rotary_dim/2=" << pairs << " (spec §6)";
+    } else if (on_device) {
+        f.fail(ROPE_ERR_UNSUPPORTED) << "mrope: CUDA calls take no mrope";
+    } else if (p.style != ROPE_STYLE_HALF) {
+        f.fail(ROPE_ERR_BAD_VALUE) << "mrope with style=" << enum_value(p.style) << ": mrope is defined for the half style (spec §6)";
+    } else if (p.angles.source == ROPE_SOURCE_CACHE) {
+        f.fail(ROPE_ERR_BAD_VALUE) << "mrope needs a computed source (angles.source compat or precise)";
+    } else if (p.positions.kind != ROPE_POSITIONS_TABLE) {
+        f.fail(ROPE_ERR_BAD_VALUE) << "mrope with positions.kind=" << enum_value(p.positions.kind)
+                                   << ": mrope reads three position tables (ROPE_POSITIONS_TABLE)";
+    } else if (p.scaling.type == ROPE_SCALING_DYNAMIC || p.scaling.type == ROPE_SCALING_LONGROPE) {
+        f.fail(ROPE_ERR_BAD_VALUE) << "mrope with scaling.type=" << p.scaling.type
+                                   << ": a sequence's length is not defined over three position streams";
+    } else if (m.stream_stride < 0 || m.stream_stride > kMaxPosition / 2) {
+        f.fail(ROPE_ERR_BAD_STRIDE) << "mrope.stream_stride=" << m.stream_stride << " must be in [0, 2^30)";
+    }
+}
+
 // Frequency scaling (spec §6): the fields each type reads, and the attention factor YaRN and
 // LongRoPE derive when the caller gives none (a scalar, so derived here, once per call).
 void check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_device) {
@@ -311,7 +339,7 @@ void check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_de
 }
 
 void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64_t seq, int64_t limit,
-                     const char *limit_rule, bool readable) {
+                     const char *limit_rule, bool readable, const char *table_name = "positions.data") {
     if (enum_value(pos.kind) != ROPE_POSITIONS_OFFSET && enum_value(pos.kind) != ROPE_POSITIONS_TABLE) {
         f.fail(ROPE_ERR_BAD_ENUM) << "positions.kind=" << enum_value(pos.kind) << " is not a rope_positions_kind (0 offset, 1 table)";
         return;
@@ -358,7 +386,7 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
         for (int64_t b = 0; b < batch; b++) {
             for (int64_t s = 0; s < seq; s++) {
                 const int64_t value = read(b * pos.strides[0] + s * pos.strides[1]);
-                if (!check(value, value, "positions.data", b, s)) {
+                if (!check(value, value, table_name, b, s)) {
                     return;
                 }
             }
@@ -530,6 +558,9 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
     }
 
     check_scaling(f, p, call, on_device);
+    if (!f.failed()) {
+        check_mrope(f, p, *call, on_device);
+    }
     if (f.failed()) {
         return f.finish();
     }
@@ -583,6 +614,15 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
         limit_rule = cache_rule.c_str();
     }
     check_positions(f, p.positions, p.q.sizes[0], p.q.sizes[1], limit, limit_rule, !on_device);
+    // mrope's height and width streams (validated as sound above: a table of the CPU).
+    const bool mrope = p.mrope.sections[0] != 0 || p.mrope.sections[1] != 0 || p.mrope.sections[2] != 0;
+    for (int stream = 1; mrope && stream < 3 && !f.failed() && p.positions.data != nullptr; stream++) {
+        rope_positions streamed = p.positions;
+        const size_t element = p.positions.index_type == ROPE_INDEX_INT64 ? 8 : 4;
+        streamed.data = static_cast<const uint8_t *>(p.positions.data) + stream * p.mrope.stream_stride * element;
+        check_positions(f, streamed, p.q.sizes[0], p.q.sizes[1], limit, limit_rule, true,
+                        stream == 1 ? "positions.data (mrope stream 1)" : "positions.data (mrope stream 2)");
+    }
     if (f.failed()) {
         return f.finish();
     }

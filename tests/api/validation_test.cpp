@@ -683,6 +683,58 @@ TEST_F(Validation, CallersInvFreq) {
     expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.inv_freq[0]=inf"});
 }
 
+// --- mrope (spec §6) ------------------------------------------------------------------------------
+
+/// valid() as an mrope call: three int32 streams of [batch][seq] positions, one after the other.
+rope_params with_mrope(const rope_params &base, const std::vector<int32_t> &streams) {
+    rope_params p = base;
+    p.angles = rope_angles{};
+    p.angles.source = ROPE_SOURCE_COMPAT;
+    p.positions = rope_positions{};
+    p.positions.kind = ROPE_POSITIONS_TABLE;
+    p.positions.data = streams.data();
+    p.positions.strides[0] = kSeq;
+    p.positions.strides[1] = 1;
+    p.mrope.sections[0] = 8;
+    p.mrope.sections[1] = 12;
+    p.mrope.sections[2] = 12;
+    p.mrope.stream_stride = kBatch * kSeq;
+    return p;
+}
+
+TEST_F(Validation, MropeRules) {
+    const std::vector<int32_t> streams(3 * kBatch * kSeq, 1);
+    struct Case {
+        rope_status status;
+        std::vector<std::string> words;
+        void (*edit)(rope_params &);
+    };
+    const Case cases[] = {
+        {ROPE_ERR_BAD_VALUE, {"mrope.sections=[8, 12, 13]", "rotary_dim/2=32"}, [](rope_params &p) { p.mrope.sections[2] = 13; }},
+        {ROPE_ERR_BAD_VALUE, {"mrope.sections=[-1"}, [](rope_params &p) { p.mrope.sections[0] = -1; p.mrope.sections[1] = 21; }},
+        {ROPE_ERR_BAD_VALUE, {"half style"}, [](rope_params &p) { p.style = ROPE_STYLE_INTERLEAVED; }},
+        {ROPE_ERR_BAD_VALUE, {"computed source"}, [](rope_params &p) { p.angles.source = ROPE_SOURCE_CACHE; }},
+        {ROPE_ERR_BAD_VALUE, {"positions.kind=0", "ROPE_POSITIONS_TABLE"}, [](rope_params &p) { p.positions.kind = ROPE_POSITIONS_OFFSET; }},
+        {ROPE_ERR_BAD_VALUE, {"scaling.type=2"}, [](rope_params &p) {
+             p.scaling.type = ROPE_SCALING_DYNAMIC;
+             p.scaling.factor = 2;
+             p.scaling.original_max_positions = 16;
+         }},
+        {ROPE_ERR_BAD_STRIDE, {"mrope.stream_stride=-1"}, [](rope_params &p) { p.mrope.stream_stride = -1; }},
+    };
+    for (const Case &c : cases) {
+        rope_params p = with_mrope(valid(), streams);
+        c.edit(p);
+        expect_rejected(p, c.status, c.words);
+    }
+}
+
+TEST_F(Validation, MropeStreamPositionNegative) {
+    std::vector<int32_t> streams(3 * kBatch * kSeq, 1);
+    streams[2 * kBatch * kSeq + 4] = -7;
+    expect_rejected(with_mrope(valid(), streams), ROPE_ERR_POSITION_OUT_OF_RANGE, {"mrope stream 2", "-7"});
+}
+
 // --- the rest of the surface -----------------------------------------------------------------------
 
 TEST_F(Validation, QueryNamesAKernelWithoutTouchingOutputs) {

@@ -121,7 +121,7 @@ Runner opencl_runner(const OpenclKernel &kernel) {
         int32_t unused = 0;
         HostBuffer positions(given ? pos.data : &unused, halide_type_t(halide_type_int, 32),
                              {dim(0, p->q.sizes[1], table ? pos.strides[1] * scale : 0),
-                              dim(0, p->q.sizes[0], given ? pos.strides[0] * scale : 0)});
+                              dim(0, p->q.sizes[0], given ? pos.strides[0] * scale : 0), dim(0, 1, 0)});
         const rope_angles &a = p->angles;
         const bool cache = a.source == ROPE_SOURCE_CACHE, narrow = cache && a.cache_dtype != ROPE_DTYPE_F32;
         const int64_t row_stride = a.cache_row_stride != 0 ? a.cache_row_stride : pairs;
@@ -164,7 +164,8 @@ Runner opencl_runner(const OpenclKernel &kernel) {
                                      a.base != 0 ? a.base : 10000.0, a.attn_factor != 0 ? a.attn_factor : 1.0f, sin_sign,
                                      static_cast<int32_t>(offset), static_cast<int32_t>(pairs), ROPE_SCALING_NONE, 1.0f,
                                      1, 1.0f, 2.0f, 32.0f, 1.0f, true, &short_factor.raw, &long_factor.raw,
-                                     &given_inv_freq.raw, p->round_cos_sin != 0, &outputs[0]->raw,
+                                     &given_inv_freq.raw, p->round_cos_sin != 0, static_cast<int32_t>(pairs),
+                                     static_cast<int32_t>(pairs), &outputs[0]->raw,
                                      &outputs[1]->raw, &outputs[2]->raw, &outputs[3]->raw, &outputs[4]->raw, &outputs[5]->raw);
         for (auto &b : outputs) {
             if (b->empty()) {

@@ -387,6 +387,38 @@ TEST_P(ScalingTest, YarnAttnFactorInverseOffsets) {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, ScalingTest, ::testing::ValuesIn(computed_source_kernels()), kernel_name);
 
+// --- mrope (spec §6): the half-style computed-source kernels --------------------------------------
+std::vector<const KernelEntry *> mrope_kernels() {
+    std::vector<const KernelEntry *> kernels = computed_source_kernels();
+    kernels.erase(std::remove_if(kernels.begin(), kernels.end(),
+                                 [](const KernelEntry *k) { return k->style != ROPE_STYLE_HALF; }),
+                  kernels.end());
+    return kernels;
+}
+
+class MropeTest : public KernelTest {};
+
+// Three position streams with unequal sections, as Qwen2-VL's [16, 24, 24] of 64 pairs, each
+// stream with its own positions; a scaling and the inverse direction on top.
+TEST_P(MropeTest, ThreeStreams) {
+    for (const rope_direction direction : {ROPE_FORWARD, ROPE_INVERSE}) {
+        CaseSpec c = base_case();
+        c.direction = direction;
+        const int pairs = c.effective_rotary_dim() / 2;
+        c.mrope_sections = {pairs / 4, 3 * pairs / 8, pairs - pairs / 4 - 3 * pairs / 8};
+        c.positions = random_table(c, 0, 3000, ROPE_INDEX_INT64, 61);
+        for (uint64_t stream : {1u, 2u}) {
+            const PositionsSpec more = random_table(c, 0, 300, ROPE_INDEX_INT64, 61 + stream);
+            c.positions.values.insert(c.positions.values.end(), more.values.begin(), more.values.end());
+        }
+        c.scaling.type = ROPE_SCALING_LINEAR;
+        c.scaling.factor = 2;
+        expect_ok(c);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, MropeTest, ::testing::ValuesIn(mrope_kernels()), kernel_name);
+
 // The table itself: unique names that spell their key, and an any-head_dim kernel for every
 // (isa, style, source, dtype) so that every even head_dim has a kernel.
 TEST(KernelTable, NamesSpellTheirKeys) {

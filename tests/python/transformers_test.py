@@ -18,10 +18,11 @@ picks them per sequence.
 import unittest
 
 import torch
-from transformers import GPTNeoXConfig, LlamaConfig, Phi3Config
+from transformers import GPTNeoXConfig, LlamaConfig, Phi3Config, Qwen2VLTextConfig
 from transformers.models.gpt_neox import modeling_gpt_neox as neox
 from transformers.models.llama import modeling_llama as llama
 from transformers.models.phi3 import modeling_phi3 as phi3
+from transformers.models.qwen2_vl import modeling_qwen2_vl as qwen2_vl
 
 import ropegen
 
@@ -43,6 +44,17 @@ class Model:
         parameters = config.rope_parameters
         self.base = parameters["rope_theta"]
         self.rotary_dim = int(HEAD_DIM * parameters.get("partial_rotary_factor", 1.0))
+        self.mrope_section = parameters.get("mrope_section")
+
+    def positions(self):
+        """positions_straddling's; mrope: three streams, height and width small as in an image grid."""
+        original_max = self.scaling.get("original_max_position_embeddings", 4096) if self.scaling else 4096
+        temporal = positions_straddling(original_max)
+        if self.mrope_section is None:
+            return temporal
+        rng = torch.Generator().manual_seed(17)
+        grid = torch.randint(0, 64, (2, *temporal.shape), generator=rng)
+        return torch.cat([temporal[None], temporal[None] - SEQ + grid], dim=0).clamp(min=0)
 
     def transformers_rope(self, q, k, positions):
         """transformers' result, and the f32 angles of every (batch, seq, pair) it rotated by (for the bound)."""
@@ -50,9 +62,14 @@ class Model:
         batches = [slice(b, b + 1) for b in range(q.shape[0])] if self.per_sequence else [slice(None)]
         for rows in batches:
             rotary = self.rotary_class(self.config)  # fresh: dynamic NTK keeps state across calls
-            cos, sin = rotary(q[rows], positions[rows])
+            if self.mrope_section is None:
+                cos, sin = rotary(q[rows], positions[rows])
+                angles.append(positions[rows][..., None].float() * rotary.inv_freq.float())
+            else:  # [3, batch, seq] positions; each pair's angle from its stream
+                cos, sin = rotary(q, positions)
+                streams = positions[..., None].float() * rotary.inv_freq.float()
+                angles.append(rotary.recomposition_frequencies(streams)[..., : self.rotary_dim // 2])
             outputs.append(self.module.apply_rotary_pos_emb(q[rows], k[rows], cos, sin))
-            angles.append(positions[rows][..., None].float() * rotary.inv_freq.float())
         q_out = torch.cat([o[0] for o in outputs]), torch.cat([o[1] for o in outputs])
         return q_out, torch.cat(angles)
 
@@ -61,7 +78,7 @@ class Model:
         # BHSD memory as the [batch, seq, heads, head_dim] views the ABI takes: no copy.
         ropegen.rope(q.transpose(1, 2), k.transpose(1, 2), q_out=q_out.transpose(1, 2), k_out=k_out.transpose(1, 2),
                      positions=positions, source="compat", base=self.base, scaling=self.scaling,
-                     rotary_dim=self.rotary_dim, round_cos_sin=parity)
+                     rotary_dim=self.rotary_dim, round_cos_sin=parity, mrope_section=self.mrope_section)
         return q_out, k_out
 
 
@@ -90,6 +107,10 @@ def models():
                              partial_rotary_factor=0.75, rope_parameters=dict(longrope))
     neox_config = GPTNeoXConfig(hidden_size=Q_HEADS * HEAD_DIM, num_attention_heads=Q_HEADS, rotary_pct=0.25,
                                 max_position_embeddings=131072)
+    qwen2_vl_config = Qwen2VLTextConfig(hidden_size=Q_HEADS * HEAD_DIM, num_attention_heads=Q_HEADS,
+                                        num_key_value_heads=K_HEADS, max_position_embeddings=131072,
+                                        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                                         "mrope_section": [16, 24, 24]})
     return [
         Model("llama_default", llama, llama.LlamaRotaryEmbedding,
               llama_config({"rope_type": "default", "rope_theta": 500000.0}), None),
@@ -102,6 +123,7 @@ def models():
         Model("phi3_longrope", phi3, phi3.Phi3RotaryEmbedding, phi3_config,
               dict(longrope, max_position_embeddings=131072), per_sequence=True),
         Model("gpt_neox_partial", neox, neox.GPTNeoXRotaryEmbedding, neox_config, None),
+        Model("qwen2_vl_mrope", qwen2_vl, qwen2_vl.Qwen2VLRotaryEmbedding, qwen2_vl_config, None),
     ]
 
 
@@ -145,8 +167,7 @@ class TransformersParity(unittest.TestCase):
         for model in models():
             with self.subTest(model=model.name):
                 q, k = self.inputs(torch.float32)
-                positions = positions_straddling(model.scaling.get("original_max_position_embeddings", 4096)
-                                                 if model.scaling else 4096)
+                positions = model.positions()
                 (want_q, want_k), angles = model.transformers_rope(q, k, positions)
                 got_q, got_k = model.ropegen_rope(q, k, positions, parity=False)
                 for x, want, got in ((q, want_q, got_q), (k, want_k, got_k)):
@@ -161,8 +182,7 @@ class TransformersParity(unittest.TestCase):
         for model in models():
             with self.subTest(model=model.name):
                 q, k = self.inputs(torch.bfloat16)
-                positions = positions_straddling(model.scaling.get("original_max_position_embeddings", 4096)
-                                                 if model.scaling else 4096)
+                positions = model.positions()
                 (want_q, want_k), angles = model.transformers_rope(q, k, positions)
                 got_q, got_k = model.ropegen_rope(q, k, positions, parity=True)
                 same = total = 0

@@ -231,7 +231,11 @@ RopeCall::RopeCall(CaseSpec spec) : spec_(std::move(spec)) {
 void RopeCall::build_positions() {
     const CaseSpec &c = spec_;
     const PositionsSpec &p = c.positions;
-    positions_.assign(static_cast<size_t>(c.batch * c.seq), 0);
+    const int64_t streams = c.mrope() ? 3 : 1, tokens = c.batch * c.seq;
+    positions_.assign(static_cast<size_t>(tokens), 0);
+    if (c.mrope()) {  // streams 1 and 2 straight from the spec (Table mode, not transposed)
+        positions_.insert(positions_.end(), p.values.begin() + tokens, p.values.begin() + 3 * tokens);
+    }
     for (int64_t b = 0; b < c.batch; b++) {
         for (int64_t s = 0; s < c.seq; s++) {
             switch (p.mode) {
@@ -257,12 +261,15 @@ void RopeCall::build_positions() {
     }
     // The array the call reads: up to its last entry, so that it touches the guard page; -1 in
     // the unused slots.
-    std::vector<int64_t> stored(
-        static_cast<size_t>((c.batch - 1) * position_strides_[0] + (c.seq - 1) * position_strides_[1] + 1), -1);
-    for (int64_t b = 0; b < c.batch; b++) {
-        for (int64_t s = 0; s < c.seq; s++) {
-            stored.at(b * position_strides_[0] + s * position_strides_[1]) =
-                p.mode == PositionMode::BatchOffsets ? p.values.at(b) : positions_[b * c.seq + s];
+    const int64_t span = (c.batch - 1) * position_strides_[0] + (c.seq - 1) * position_strides_[1] + 1;
+    stream_stride_ = span + 3;  // mrope: a gap of -1s between the streams
+    std::vector<int64_t> stored(static_cast<size_t>((streams - 1) * stream_stride_ + span), -1);
+    for (int64_t stream = 0; stream < streams; stream++) {
+        for (int64_t b = 0; b < c.batch; b++) {
+            for (int64_t s = 0; s < c.seq; s++) {
+                stored.at(stream * stream_stride_ + b * position_strides_[0] + s * position_strides_[1]) =
+                    p.mode == PositionMode::BatchOffsets ? p.values.at(b) : positions_[stream * tokens + b * c.seq + s];
+            }
         }
     }
     if (p.index_type == ROPE_INDEX_INT64) {
@@ -334,6 +341,10 @@ rope_params RopeCall::params() const {
     p.scaling.long_factor = table(long_factor_);
     p.scaling.inv_freq = table(inv_freq_);
     p.round_cos_sin = c.round_cos_sin ? 1 : 0;
+    for (int stream = 0; stream < 3; stream++) {
+        p.mrope.sections[stream] = c.mrope_sections[stream];
+    }
+    p.mrope.stream_stride = c.mrope() ? stream_stride_ : 0;
     p.num_threads = c.num_threads;
     return p;
 }
@@ -380,8 +391,18 @@ ref::CosSin RopeCall::angles(int64_t b, int64_t position) const {
 
 ref::RotationMatrix RopeCall::token_rotation(int64_t b, int64_t s) const {
     const CaseSpec &c = spec_;
-    return ref::rotation_matrix(static_cast<int>(c.head_dim), c.effective_rotary_dim(), c.rotary_offset, c.style,
-                                angles(b, position(b, s)));
+    ref::CosSin cs = angles(b, position(b, s));
+    if (c.mrope()) {  // pair i from the stream whose section holds it
+        const int64_t tokens = c.batch * c.seq;
+        for (int stream = 1, first = c.mrope_sections[0]; stream < 3; first += c.mrope_sections[stream], stream++) {
+            const ref::CosSin other = angles(b, positions_[stream * tokens + b * c.seq + s]);
+            for (int i = first; i < first + c.mrope_sections[stream]; i++) {
+                cs.cos[i] = other.cos[i];
+                cs.sin[i] = other.sin[i];
+            }
+        }
+    }
+    return ref::rotation_matrix(static_cast<int>(c.head_dim), c.effective_rotary_dim(), c.rotary_offset, c.style, cs);
 }
 
 std::vector<double> RopeCall::reference_head(bool is_k, int64_t b, int64_t s, int64_t h) const {

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -68,6 +69,12 @@ struct CaseSpec {
     bool cache_in_dtype = false;  ///< cache source: tables stored in the tensor dtype, not f32
     reference::Scaling scaling;   ///< computed sources: frequency scaling (spec §6)
     bool round_cos_sin = false;   ///< the parity mode (spec §4)
+    /// mrope (spec §6): pairs per stream; positions (Table mode) then hold three [batch][seq]
+    /// streams in `values`, stored one after the other with a gap.
+    std::array<int, 3> mrope_sections{0, 0, 0};
+    bool mrope() const {
+        return mrope_sections[0] != 0 || mrope_sections[1] != 0 || mrope_sections[2] != 0;
+    }
     Fill fill = Fill::Uniform;
     uint64_t seed = 1;
     int32_t num_threads = 0;
@@ -155,9 +162,10 @@ private:
     reference::RotationMatrix token_rotation(int64_t b, int64_t s) const;
 
     CaseSpec spec_;
-    std::vector<int64_t> positions_;  ///< resolved, [b * seq + s]
+    std::vector<int64_t> positions_;  ///< resolved, [b * seq + s] (mrope: [stream][b * seq + s])
     GuardedBytes positions_table_;    ///< what positions.data points at: the entries the call may read, no more
     int64_t position_strides_[2] = {0, 0};
+    int64_t stream_stride_ = 0;  ///< mrope: elements between the stored streams
     reference::CosSinCache cache_;         ///< the oracle's tables (values narrowed when cache_in_dtype)
     GuardedBytes cos_table_, sin_table_;  ///< what the call reads: cache_ up to the last row's R/2 values
     GuardedBytes short_factor_, long_factor_, inv_freq_;  ///< the scaling's tables: R/2 values each

@@ -175,6 +175,15 @@ typedef struct rope_scaling {
     const float *inv_freq;          /**< INV_FREQ: R/2 finite frequencies */
 } rope_scaling;
 
+/**
+ * Multimodal RoPE (spec §6 mrope, Qwen2-VL): three position streams (temporal, height, width);
+ * pair i takes its position from the stream whose section holds it. All sections 0: no mrope.
+ */
+typedef struct rope_mrope {
+    int32_t sections[3];    /**< pairs of each stream, summing to rotary_dim/2 */
+    int64_t stream_stride;  /**< elements between the streams of positions.data ([stream][batch][seq]) */
+} rope_mrope;
+
 /** cos/sin source and frequency parameters (spec §1, §5). Zero fields take the defaults. */
 typedef struct rope_angles {
     rope_source source;
@@ -222,7 +231,7 @@ typedef struct rope_params {
     void *stream;             /**< CUDA: a CUstream / cudaStream_t, or NULL */
 
     /* Appended in ABI version 1's third layout; a caller compiled with an earlier one (struct_size
-       up to stream) gets no scaling and no cos/sin rounding. */
+       up to stream) gets no scaling, no cos/sin rounding and no mrope. */
 
     /** COMPAT/PRECISE: frequency scaling (spec §6); CUDA calls support ROPE_SCALING_NONE only. */
     rope_scaling scaling;
@@ -232,6 +241,11 @@ typedef struct rope_params {
      * effect in f32.
      */
     int32_t round_cos_sin;
+    /**
+     * Half style, a computed source, CPU: positions.kind ROPE_POSITIONS_TABLE with three streams,
+     * stream_stride apart; no DYNAMIC or LONGROPE scaling.
+     */
+    rope_mrope mrope;
 } rope_params;
 
 /** A zero-initialised rope_params with its header set: `rope_params p = rope_params_init();` */

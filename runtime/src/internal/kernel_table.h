@@ -24,7 +24,8 @@ using KernelFunction = int (*)(const void *user_context, halide_buffer_t *q, hal
                                float scaling_factor, int32_t original_max_positions, float low_freq_factor,
                                float high_freq_factor, float beta_fast, float beta_slow, bool yarn_truncate,
                                halide_buffer_t *short_factor, halide_buffer_t *long_factor,
-                               halide_buffer_t *given_inv_freq, bool round_cos_sin, halide_buffer_t *q_rotated,
+                               halide_buffer_t *given_inv_freq, bool round_cos_sin, int32_t mrope_end0,
+                               int32_t mrope_end1, halide_buffer_t *q_rotated,
                                halide_buffer_t *q_lead, halide_buffer_t *q_tail, halide_buffer_t *k_rotated,
                                halide_buffer_t *k_lead, halide_buffer_t *k_tail);
 

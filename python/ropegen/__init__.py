@@ -52,13 +52,17 @@ class _Mrope(ctypes.Structure):
     _fields_ = [("sections", ctypes.c_int32 * 3), ("stream_stride", ctypes.c_int64)]
 
 
+class _Varlen(ctypes.Structure):
+    _fields_ = [("cu_seqlens", ctypes.c_void_p), ("index_type", ctypes.c_int), ("num_seqs", ctypes.c_int64)]
+
+
 class _Params(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("abi_version", ctypes.c_uint32), ("style", ctypes.c_int),
                 ("direction", ctypes.c_int), ("rotary_dim", ctypes.c_int32), ("rotary_offset", ctypes.c_int32),
                 ("q", _Tensor), ("k", _Tensor), ("q_out", _Tensor), ("k_out", _Tensor), ("positions", _Positions),
                 ("angles", _Angles), ("num_threads", ctypes.c_int32), ("device", ctypes.c_int),
                 ("stream", ctypes.c_void_p), ("scaling", _Scaling), ("round_cos_sin", ctypes.c_int32),
-                ("mrope", _Mrope)]
+                ("mrope", _Mrope), ("varlen", _Varlen)]
 
 
 class _Report(ctypes.Structure):
@@ -217,7 +221,8 @@ def _scaling(scaling, pairs, keep_alive):
 
 
 def _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base, attn_factor, scaling,
-            round_cos_sin, rotary_dim, rotary_offset, cos_cache, sin_cache, num_threads, mrope_section, keep_alive):
+            round_cos_sin, rotary_dim, rotary_offset, cos_cache, sin_cache, num_threads, mrope_section, cu_seqlens,
+            keep_alive):
     p = _Params()
     p.struct_size = ctypes.sizeof(_Params)
     p.abi_version = _ABI_VERSION
@@ -231,6 +236,11 @@ def _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base,
     p.k = _tensor(k, "k")
     p.q_out = _tensor(q if q_out is None else q_out, "q_out", writable=True)
     p.k_out = _tensor(k if k_out is None else k_out, "k_out", writable=True) if k is not None else _Tensor()
+    if cu_seqlens is not None:  # THD: [total_tokens, heads, head_dim] tensors
+        data, kind, shape, strides = _index_view(cu_seqlens, "cu_seqlens")
+        if len(shape) != 1 or strides[0] != 1:
+            raise RopeError(6, "cu_seqlens must be a contiguous 1-D array of num_seqs + 1 entries")
+        p.varlen.cu_seqlens, p.varlen.index_type, p.varlen.num_seqs = data, kind, shape[0] - 1
     if positions is None:
         p.positions.kind, p.positions.offset = 0, int(offset)
     else:
@@ -247,7 +257,7 @@ def _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base,
         elif len(shape) == 2:  # [batch, seq]
             p.positions.kind = 1
             p.positions.strides[0], p.positions.strides[1] = strides
-        elif len(shape) == 1 and p.q.sizes[0] == 1 and shape[0] == p.q.sizes[1]:  # one sequence's [seq]
+        elif len(shape) == 1 and p.q.sizes[0] == 1 and shape[0] == p.q.sizes[1]:  # one sequence's [seq], or THD's tokens
             p.positions.kind = 1
             p.positions.strides[1] = strides[0]
         else:  # [batch] offsets
@@ -283,12 +293,13 @@ def _call(function, params):
 
 def rope(q, k=None, *, q_out=None, k_out=None, positions=None, offset=0, style="half", inverse=False,
          source="compat", base=10000.0, attn_factor=0.0, scaling=None, round_cos_sin=False, rotary_dim=0,
-         rotary_offset=0, cos_cache=None, sin_cache=None, num_threads=0, mrope_section=None):
+         rotary_offset=0, cos_cache=None, sin_cache=None, num_threads=0, mrope_section=None, cu_seqlens=None):
     """Rotates q (and k) with rope_dispatch; in place unless q_out/k_out are given. Returns the kernel's name.
 
     positions: None (offset + s), a [batch] array of offsets, or a [batch, seq] (one sequence: [seq])
     table, int32 or int64; with mrope_section ([temporal, height, width] pairs, Qwen2-VL), a
-    [3, batch, seq] table. scaling: transformers' rope_parameters as a dict ("rope_type", "factor",
+    [3, batch, seq] table. cu_seqlens (num_seqs + 1 entries): q and k are packed [total_tokens,
+    heads, head_dim] tensors (THD) and positions one per token, or one offset per sequence. scaling: transformers' rope_parameters as a dict ("rope_type", "factor",
     "original_max_position_embeddings", "max_position_embeddings", "low_freq_factor",
     "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate",
     "attention_factor", "short_factor", "long_factor"; "inv_freq" for rope_type "inv_freq").
@@ -296,7 +307,7 @@ def rope(q, k=None, *, q_out=None, k_out=None, positions=None, offset=0, style="
     keep_alive = []
     params = _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base, attn_factor, scaling,
                      round_cos_sin, rotary_dim, rotary_offset, cos_cache, sin_cache, num_threads, mrope_section,
-                     keep_alive)
+                     cu_seqlens, keep_alive)
     return _call(_lib.rope_dispatch, params)
 
 
@@ -305,7 +316,7 @@ def query(q, k=None, **arguments):
     keep_alive = []
     defaults = dict(q_out=None, k_out=None, positions=None, offset=0, style="half", inverse=False, source="compat",
                     base=10000.0, attn_factor=0.0, scaling=None, round_cos_sin=False, rotary_dim=0, rotary_offset=0,
-                    cos_cache=None, sin_cache=None, num_threads=0, mrope_section=None)
+                    cos_cache=None, sin_cache=None, num_threads=0, mrope_section=None, cu_seqlens=None)
     defaults.update(arguments)
     params = _params(q, k, keep_alive=keep_alive, **defaults)
     return _call(_lib.rope_query, params)

@@ -437,6 +437,54 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
     return finish(report, ROPE_OK, "");
 }
 
+// A varlen (THD) call: one kernel call over every packed token when no value depends on the
+// sequence (a position per token, no per-sequence scaling), else one per non-empty sequence, as a
+// [1, length] call with its own positions: no work for the padding a dense batch would need.
+rope_status run_varlen(const KernelEntry &kernel, const ValidCall &call, const CudaTarget &cuda, rope_report *report) {
+    const rope_params &p = call.params;
+    if (p.positions.kind == ROPE_POSITIONS_TABLE && !per_sequence_scaling(p)) {
+        return run(kernel, call, cuda, report);
+    }
+    const size_t element = halide_type(p.q.dtype).bytes();
+    const size_t index_bytes = p.positions.index_type == ROPE_INDEX_INT64 ? 8 : 4;
+    bool written = false;
+    for (int64_t b = 0; b < p.varlen.num_seqs; b++) {
+        const int64_t start = sequence_start(p.varlen, b), length = sequence_start(p.varlen, b + 1) - start;
+        if (length == 0) {
+            continue;
+        }
+        ValidCall part = call;
+        rope_params &sequence = part.params;
+        for (rope_tensor *t : {&sequence.q, &sequence.k, &sequence.q_out, &sequence.k_out}) {
+            if (t->data != nullptr) {
+                t->data = static_cast<uint8_t *>(t->data) + start * t->strides[1] * static_cast<int64_t>(element);
+                t->sizes[1] = length;
+            }
+        }
+        rope_positions &pos = sequence.positions;
+        if (pos.kind == ROPE_POSITIONS_TABLE) {
+            pos.data = static_cast<const uint8_t *>(pos.data) + start * pos.strides[1] * static_cast<int64_t>(index_bytes);
+        } else if (pos.data != nullptr) {  // this sequence's offset, as the scalar one
+            pos.offset = index_bytes == 8 ? static_cast<const int64_t *>(pos.data)[b * pos.strides[0]]
+                                          : static_cast<const int32_t *>(pos.data)[b * pos.strides[0]];
+            pos.data = nullptr;
+        }
+        if (const rope_status status = run(kernel, part, cuda, report); status != ROPE_OK) {
+            const std::string message = report != nullptr && report->struct_size >= sizeof(rope_report) ? report->message : "";
+            return finish(report, status,
+                          "sequence " + std::to_string(b) + " of the varlen call: " + message +
+                              (written ? "; the sequences before it were written" : ""));
+        }
+        written = true;
+    }
+    return finish(report, ROPE_OK, "");
+}
+
+// Runs `kernel` on a validated call: dense, or varlen.
+rope_status run_call(const KernelEntry &kernel, const ValidCall &call, const CudaTarget &cuda, rope_report *report) {
+    return call.params.varlen.cu_seqlens != nullptr ? run_varlen(kernel, call, cuda, report) : run(kernel, call, cuda, report);
+}
+
 // Where the call runs: the capped CPU level, or the CUDA device of the call's context and stream.
 rope_status resolve_target(const ValidCall &call, Target *target, CudaTarget *cuda, rope_report *report) {
     target->device = call.params.device;
@@ -488,7 +536,7 @@ rope_status dispatch(const rope_params *params, rope_report *report, bool execut
         return finish(report, ROPE_ERR_UNSUPPORTED, no_kernel_message(target));
     }
     set_report_kernel(report, kernel->name);
-    return execute ? run(*kernel, call, cuda, report) : finish(report, ROPE_OK, "");
+    return execute ? run_call(*kernel, call, cuda, report) : finish(report, ROPE_OK, "");
 }
 
 }  // namespace
@@ -526,7 +574,7 @@ rope_status run_kernel(const KernelEntry &kernel, const rope_params *params, rop
                                                         "; this CPU supports " + isa_name(detected_isa()));
     }
     set_report_kernel(report, kernel.name);
-    return run(kernel, call, cuda, report);
+    return run_call(kernel, call, cuda, report);
 }
 
 }  // namespace ropegen

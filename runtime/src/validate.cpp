@@ -338,8 +338,45 @@ void check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_de
     }
 }
 
+// Varlen (THD, spec §4): cu_seqlens against the packed token axis.
+void check_varlen(Failure &f, const rope_params &p, bool on_device) {
+    const rope_varlen &v = p.varlen;
+    if (v.cu_seqlens == nullptr) {
+        return;
+    }
+    const int32_t index_type = enum_value(v.index_type);
+    if (index_type != ROPE_INDEX_INT32 && index_type != ROPE_INDEX_INT64) {
+        f.fail(ROPE_ERR_BAD_ENUM) << "varlen.index_type=" << index_type << " is not a rope_index_type (0 int32, 1 int64)";
+        return;
+    }
+    if (on_device) {
+        f.fail(ROPE_ERR_UNSUPPORTED) << "varlen: CUDA calls take no cu_seqlens";
+        return;
+    }
+    if (p.q.sizes[0] != 1) {
+        f.fail(ROPE_ERR_BAD_SHAPE) << "q.sizes[0] (batch)=" << p.q.sizes[0]
+                                   << " with varlen.cu_seqlens: packed tensors are [1, total_tokens, heads, head_dim]";
+        return;
+    }
+    if (v.num_seqs < 0 || v.num_seqs > kMaxPosition) {
+        f.fail(ROPE_ERR_BAD_SHAPE) << "varlen.num_seqs=" << v.num_seqs << " must be in [0, 2^31)";
+        return;
+    }
+    int64_t previous = 0;
+    for (int64_t b = 0; b <= v.num_seqs; b++) {
+        const int64_t start = sequence_start(v, b);
+        if ((b == 0 && start != 0) || start < previous || (b == v.num_seqs && start != p.q.sizes[1])) {
+            f.fail(ROPE_ERR_BAD_SHAPE) << "varlen.cu_seqlens[" << b << "]=" << start << " breaks cu_seqlens[0] = 0, non-decreasing, "
+                                       << "cu_seqlens[num_seqs=" << v.num_seqs << "] = total tokens (q.sizes[1]=" << p.q.sizes[1] << ")";
+            return;
+        }
+        previous = start;
+    }
+}
+
 void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64_t seq, int64_t limit,
-                     const char *limit_rule, bool readable, const char *table_name = "positions.data") {
+                     const char *limit_rule, bool readable, const char *table_name = "positions.data",
+                     const rope_varlen *varlen = nullptr) {
     if (enum_value(pos.kind) != ROPE_POSITIONS_OFFSET && enum_value(pos.kind) != ROPE_POSITIONS_TABLE) {
         f.fail(ROPE_ERR_BAD_ENUM) << "positions.kind=" << enum_value(pos.kind) << " is not a rope_positions_kind (0 offset, 1 table)";
         return;
@@ -398,11 +435,13 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
     if (pos.data != nullptr && !readable) {
         return;
     }
+    // Varlen: an offset per sequence (or one for all), over that sequence's tokens.
     const char *what = pos.data != nullptr ? "positions.data (offsets)" : "positions.offset";
-    const int64_t items = pos.data != nullptr ? batch : 1;
+    const int64_t items = varlen != nullptr ? varlen->num_seqs : pos.data != nullptr ? batch : 1;
     for (int64_t b = 0; b < items; b++) {
         const int64_t offset = pos.data != nullptr ? read(b * pos.strides[0]) : pos.offset;
-        const int64_t last = offset > limit ? offset : offset + seq - 1;
+        const int64_t length = varlen != nullptr ? sequence_start(*varlen, b + 1) - sequence_start(*varlen, b) : seq;
+        const int64_t last = offset > limit ? offset : offset + std::max<int64_t>(length, 1) - 1;
         if (!check(offset, last, what, b, -1)) {
             return;
         }
@@ -410,6 +449,11 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
 }
 
 }  // namespace
+
+int64_t sequence_start(const rope_varlen &varlen, int64_t b) {
+    return varlen.index_type == ROPE_INDEX_INT64 ? static_cast<const int64_t *>(varlen.cu_seqlens)[b]
+                                                 : static_cast<const int32_t *>(varlen.cu_seqlens)[b];
+}
 
 ByteRange byte_range(const rope_tensor &t) {
     int64_t span = 0;
@@ -613,7 +657,12 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
         cache_rule = "angles.cache_len=" + std::to_string(a.cache_len) + ", spec §5";
         limit_rule = cache_rule.c_str();
     }
-    check_positions(f, p.positions, p.q.sizes[0], p.q.sizes[1], limit, limit_rule, !on_device);
+    check_varlen(f, p, on_device);
+    if (f.failed()) {
+        return f.finish();
+    }
+    check_positions(f, p.positions, p.q.sizes[0], p.q.sizes[1], limit, limit_rule, !on_device, "positions.data",
+                    p.varlen.cu_seqlens != nullptr ? &p.varlen : nullptr);
     // mrope's height and width streams (validated as sound above: a table of the CPU).
     const bool mrope = p.mrope.sections[0] != 0 || p.mrope.sections[1] != 0 || p.mrope.sections[2] != 0;
     for (int stream = 1; mrope && stream < 3 && !f.failed() && p.positions.data != nullptr; stream++) {

@@ -74,6 +74,19 @@ class Binding(unittest.TestCase):
             ropegen.rope(q.astype(np.float64))
         np.testing.assert_array_equal(q, before)
 
+    def test_thd_packed_sequences_equal_each_alone(self):
+        cu_seqlens = np.array([0, 3, 3, 10, 11], dtype=np.int32)
+        packed = self.rng.uniform(-1, 1, (11, 2, 64)).astype(np.float32)  # [total_tokens, heads, D]
+        alone = packed.copy()
+        offsets = np.array([5, 0, 4000, 9], dtype=np.int64)
+        scaling = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 1000}
+        ropegen.rope(packed, positions=offsets, cu_seqlens=cu_seqlens, scaling=scaling)
+        for b in range(4):
+            first, last = cu_seqlens[b], cu_seqlens[b + 1]
+            if last > first:
+                ropegen.rope(alone[first:last], offset=int(offsets[b]), scaling=scaling)
+        np.testing.assert_array_equal(packed, alone)
+
     def test_query_names_the_kernel_and_runs_nothing(self):
         q = self.rng.uniform(-1, 1, (1, 4, 2, 80)).astype(np.float32)
         before = q.copy()

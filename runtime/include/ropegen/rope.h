@@ -184,6 +184,16 @@ typedef struct rope_mrope {
     int64_t stream_stride;  /**< elements between the streams of positions.data ([stream][batch][seq]) */
 } rope_mrope;
 
+/**
+ * Packed variable-length batches (THD, spec §4): the tensors are [1, total_tokens, heads, head_dim]
+ * views and sequence b holds tokens cu_seqlens[b] .. cu_seqlens[b+1]-1. cu_seqlens NULL: no varlen.
+ */
+typedef struct rope_varlen {
+    const void *cu_seqlens;      /**< [num_seqs + 1], cu_seqlens[0] = 0, non-decreasing, last = total_tokens */
+    rope_index_type index_type;  /**< type of cu_seqlens */
+    int64_t num_seqs;
+} rope_varlen;
+
 /** cos/sin source and frequency parameters (spec §1, §5). Zero fields take the defaults. */
 typedef struct rope_angles {
     rope_source source;
@@ -231,7 +241,7 @@ typedef struct rope_params {
     void *stream;             /**< CUDA: a CUstream / cudaStream_t, or NULL */
 
     /* Appended in ABI version 1's third layout; a caller compiled with an earlier one (struct_size
-       up to stream) gets no scaling, no cos/sin rounding and no mrope. */
+       up to stream) gets no scaling, no cos/sin rounding, no mrope and no varlen. */
 
     /** COMPAT/PRECISE: frequency scaling (spec §6); CUDA calls support ROPE_SCALING_NONE only. */
     rope_scaling scaling;
@@ -246,6 +256,13 @@ typedef struct rope_params {
      * stream_stride apart; no DYNAMIC or LONGROPE scaling.
      */
     rope_mrope mrope;
+    /**
+     * THD (CPU): positions.kind ROPE_POSITIONS_TABLE gives one position per packed token
+     * ([1][total_tokens]); ROPE_POSITIONS_OFFSET gives position offset[b] + (t - cu_seqlens[b])
+     * with one offset per sequence in positions.data (strides[0]), or the scalar offset for all.
+     * DYNAMIC and LONGROPE take each sequence's own length.
+     */
+    rope_varlen varlen;
 } rope_params;
 
 /** A zero-initialised rope_params with its header set: `rope_params p = rope_params_init();` */

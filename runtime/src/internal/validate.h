@@ -20,6 +20,9 @@ struct ValidCall {
     float beta_fast, beta_slow;  ///< YaRN, defaults applied
 };
 
+/// cu_seqlens[b] of a varlen call that passed validation.
+int64_t sequence_start(const rope_varlen &varlen, int64_t b);
+
 /// [first, last] byte addresses a view can touch (`empty`: it has no element and touches nothing).
 /// Only for views that passed validation (their spans do not overflow).
 struct ByteRange {

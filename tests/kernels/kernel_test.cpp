@@ -335,54 +335,49 @@ protected:
     }
 };
 
-TEST_P(ScalingTest, Linear) {
-    expect_ok(scaled_case(ROPE_SCALING_LINEAR));
-}
-
-TEST_P(ScalingTest, DynamicPerSequence) {
-    CaseSpec c = scaled_case(ROPE_SCALING_DYNAMIC);
-    c.scaling.factor = 2;
-    expect_ok(c);
-}
-
-TEST_P(ScalingTest, Yarn) {
-    expect_ok(scaled_case(ROPE_SCALING_YARN));
-    // DeepSeek's form: mscale and mscale_all_dim, other betas, no truncation.
-    CaseSpec c = scaled_case(ROPE_SCALING_YARN);
-    c.scaling.mscale = 0.707;
-    c.scaling.mscale_all_dim = 1.0;
-    c.scaling.beta_fast = 16;
-    c.scaling.beta_slow = 2;
-    c.scaling.truncate = false;
-    expect_ok(c);
-}
-
-TEST_P(ScalingTest, LongRopePerSequence) {
-    CaseSpec c = scaled_case(ROPE_SCALING_LONGROPE);
-    c.scaling.max_positions = 16 * kOriginalMax;
-    expect_ok(c);
-}
-
-TEST_P(ScalingTest, Llama3) {
-    CaseSpec c = scaled_case(ROPE_SCALING_LLAMA3);
-    c.scaling.low_freq_factor = 1;
-    c.scaling.high_freq_factor = 4;
-    expect_ok(c);
-}
-
-TEST_P(ScalingTest, CallersInvFreq) {
-    expect_ok(scaled_case(ROPE_SCALING_INV_FREQ));
-}
-
-// A given attn_factor replaces the one YaRN derives; the inverse direction and offsets per batch.
-TEST_P(ScalingTest, YarnAttnFactorInverseOffsets) {
-    CaseSpec c = scaled_case(ROPE_SCALING_YARN);
-    c.attn_factor = 1.25f;
-    c.direction = ROPE_INVERSE;
-    c.positions = PositionsSpec{};
-    c.positions.mode = PositionMode::BatchOffsets;
-    c.positions.values = {7, 3000};
-    expect_ok(c);
+// Every scaling of spec §6 in one test per kernel (each ctest entry is a process, under qemu too).
+TEST_P(ScalingTest, EveryScaling) {
+    struct Variant {
+        const char *name;
+        rope_scaling_type type;
+        void (*edit)(CaseSpec &);
+    };
+    const Variant variants[] = {
+        {"linear", ROPE_SCALING_LINEAR, [](CaseSpec &) {}},
+        {"dynamic, per sequence", ROPE_SCALING_DYNAMIC, [](CaseSpec &c) { c.scaling.factor = 2; }},
+        {"yarn", ROPE_SCALING_YARN, [](CaseSpec &) {}},
+        // DeepSeek's form: mscale and mscale_all_dim, other betas, no truncation.
+        {"yarn, mscales", ROPE_SCALING_YARN,
+         [](CaseSpec &c) {
+             c.scaling.mscale = 0.707;
+             c.scaling.mscale_all_dim = 1.0;
+             c.scaling.beta_fast = 16;
+             c.scaling.beta_slow = 2;
+             c.scaling.truncate = false;
+         }},
+        // A given attn_factor replaces the derived one; the inverse direction; offsets per batch.
+        {"yarn, attn_factor, inverse, offsets", ROPE_SCALING_YARN,
+         [](CaseSpec &c) {
+             c.attn_factor = 1.25f;
+             c.direction = ROPE_INVERSE;
+             c.positions = PositionsSpec{};
+             c.positions.mode = PositionMode::BatchOffsets;
+             c.positions.values = {7, 3000};
+         }},
+        {"longrope, per sequence", ROPE_SCALING_LONGROPE, [](CaseSpec &c) { c.scaling.max_positions = 16 * kOriginalMax; }},
+        {"llama3", ROPE_SCALING_LLAMA3,
+         [](CaseSpec &c) {
+             c.scaling.low_freq_factor = 1;
+             c.scaling.high_freq_factor = 4;
+         }},
+        {"the caller's inv_freq", ROPE_SCALING_INV_FREQ, [](CaseSpec &) {}},
+    };
+    for (const Variant &variant : variants) {
+        SCOPED_TRACE(variant.name);
+        CaseSpec c = scaled_case(variant.type);
+        variant.edit(c);
+        expect_ok(c);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, ScalingTest, ::testing::ValuesIn(computed_source_kernels()), kernel_name);

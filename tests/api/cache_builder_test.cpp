@@ -59,6 +59,13 @@ protected:
         scaling_.inv_freq = ref_scaling_.inv_freq.data();
     }
 
+    /// Builds the tables of this case into cos and sin (0xAB everywhere else).
+    void build(std::vector<uint8_t> &cos, std::vector<uint8_t> &sin) const {
+        const rope_cache_spec s = spec(cos, sin);
+        rope_report report = rope_report_init();
+        ASSERT_EQ(rope_build_cos_sin_cache(&s, &report), ROPE_OK) << report.message;
+    }
+
     rope_cache_spec spec(std::vector<uint8_t> &cos, std::vector<uint8_t> &sin) const {
         const size_t bytes = ref::dtype_size(GetParam().dtype) * ((kLen - 1) * (kPairs + kPad) + kPairs);
         cos.assign(bytes, 0xAB);
@@ -84,9 +91,7 @@ protected:
 TEST_P(CacheBuilderTest, MatchesTheOracle) {
     const BuilderCase c = GetParam();
     std::vector<uint8_t> cos, sin;
-    const rope_cache_spec s = spec(cos, sin);
-    rope_report report = rope_report_init();
-    ASSERT_EQ(rope_build_cos_sin_cache(&s, &report), ROPE_OK) << report.message;
+    ASSERT_NO_FATAL_FAILURE(build(cos, sin));
     ref::Scaling sc = ref_scaling_;
     sc.low_freq_factor = 1;
     sc.high_freq_factor = 4;
@@ -121,9 +126,7 @@ TEST_P(CacheBuilderTest, MatchesTheOracle) {
 TEST_P(CacheBuilderTest, CacheSourceEqualsTheComputedSource) {
     const BuilderCase c = GetParam();
     std::vector<uint8_t> cos, sin;
-    const rope_cache_spec s = spec(cos, sin);
-    rope_report report = rope_report_init();
-    ASSERT_EQ(rope_build_cos_sin_cache(&s, &report), ROPE_OK) << report.message;
+    ASSERT_NO_FATAL_FAILURE(build(cos, sin));
 
     const size_t element = ref::dtype_size(c.dtype);
     std::vector<uint8_t> x(static_cast<size_t>(kLen * kHeads * kRotary) * element);

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,7 @@ namespace {
 constexpr int64_t kBatch = 2, kSeq = 3, kQHeads = 2, kKHeads = 1, kHeadDim = 64;
 
 class Validation : public ::testing::Test {
-protected:
+public:  // the helpers below also serve free functions of this file
     /// A valid f32 call (half style, cache source, q and k, a position table) that each test
     /// breaks in one way.
     static CaseSpec valid_case() {
@@ -658,29 +659,32 @@ TEST_F(Validation, Llama3FrequencyFactors) {
     expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.low_freq_factor=0"});
 }
 
+/// A per-pair table of `type`: NULL is rejected, and so is `bad` at index `at`.
+void expect_table_rules(const Validation &test, rope_scaling_type type, const float *rope_scaling::*table,
+                        const std::string &name, float bad, int at) {
+    rope_params p = scaled(test.valid(), type);
+    p.scaling.*table = nullptr;
+    test.expect_rejected(p, ROPE_ERR_NULL_POINTER, {"scaling." + name, "NULL"});
+    std::vector<float> values(kHeadDim / 2, 0.5f);
+    values[at] = bad;
+    p = scaled(test.valid(), type);
+    p.scaling.*table = values.data();
+    std::ostringstream value;
+    value << bad;
+    test.expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling." + name + "[" + std::to_string(at) + "]=" + value.str()});
+}
+
 TEST_F(Validation, LongRopeFactorTables) {
+    expect_table_rules(*this, ROPE_SCALING_LONGROPE, &rope_scaling::long_factor, "long_factor", 0.0f, 3);
+    expect_table_rules(*this, ROPE_SCALING_LONGROPE, &rope_scaling::short_factor, "short_factor", -1.0f, 5);
     rope_params p = scaled(valid(), ROPE_SCALING_LONGROPE);
-    p.scaling.long_factor = nullptr;
-    expect_rejected(p, ROPE_ERR_NULL_POINTER, {"scaling.long_factor", "NULL"});
-    std::vector<float> bad(kHeadDim / 2, 1.0f);
-    bad[5] = -1;
-    p = scaled(valid(), ROPE_SCALING_LONGROPE);
-    p.scaling.short_factor = bad.data();
-    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.short_factor[5]=-1"});
-    p = scaled(valid(), ROPE_SCALING_LONGROPE);
     p.scaling.max_positions = -1;
     expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.max_positions=-1"});
 }
 
 TEST_F(Validation, CallersInvFreq) {
-    rope_params p = scaled(valid(), ROPE_SCALING_INV_FREQ);
-    p.scaling.inv_freq = nullptr;
-    expect_rejected(p, ROPE_ERR_NULL_POINTER, {"scaling.inv_freq", "NULL"});
-    std::vector<float> bad(kHeadDim / 2, 0.5f);
-    bad[0] = std::numeric_limits<float>::infinity();
-    p = scaled(valid(), ROPE_SCALING_INV_FREQ);
-    p.scaling.inv_freq = bad.data();
-    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.inv_freq[0]=inf"});
+    expect_table_rules(*this, ROPE_SCALING_INV_FREQ, &rope_scaling::inv_freq, "inv_freq",
+                       std::numeric_limits<float>::infinity(), 0);
 }
 
 // --- mrope (spec §6) ------------------------------------------------------------------------------

@@ -163,14 +163,19 @@ class TransformersParity(unittest.TestCase):
         k = (2 * torch.rand(3, K_HEADS, SEQ, HEAD_DIM, generator=rng) - 1).to(dtype)
         return q, k
 
+    def results(self, model, dtype, parity):
+        """(input, transformers' output, ropegen's output) for q and k, and transformers' angles."""
+        q, k = self.inputs(dtype)
+        positions = model.positions()
+        (want_q, want_k), angles = model.transformers_rope(q, k, positions)
+        got_q, got_k = model.ropegen_rope(q, k, positions, parity=parity)
+        return ((q, want_q, got_q), (k, want_k, got_k)), angles
+
     def test_f32_within_the_compat_bound(self):
         for model in models():
             with self.subTest(model=model.name):
-                q, k = self.inputs(torch.float32)
-                positions = model.positions()
-                (want_q, want_k), angles = model.transformers_rope(q, k, positions)
-                got_q, got_k = model.ropegen_rope(q, k, positions, parity=False)
-                for x, want, got in ((q, want_q, got_q), (k, want_k, got_k)):
+                tensors, angles = self.results(model, torch.float32, parity=False)
+                for x, want, got in tensors:
                     bound = angle_bound(angles, x, model.rotary_dim)
                     error = (got.double() - want.double()).abs()
                     worst = (error / bound).max().item()
@@ -181,12 +186,9 @@ class TransformersParity(unittest.TestCase):
     def test_bf16_parity_mode(self):
         for model in models():
             with self.subTest(model=model.name):
-                q, k = self.inputs(torch.bfloat16)
-                positions = model.positions()
-                (want_q, want_k), angles = model.transformers_rope(q, k, positions)
-                got_q, got_k = model.ropegen_rope(q, k, positions, parity=True)
+                tensors, angles = self.results(model, torch.bfloat16, parity=True)
                 same = total = 0
-                for x, want, got in ((q, want_q, got_q), (k, want_k, got_k)):
+                for x, want, got in tensors:
                     # transformers rounds x_a*c and x_b*s to bf16 before adding them, then the sum;
                     # ropegen rounds the exact x_a*c - x_b*s once. Their results may differ by the
                     # products' rounding (half an ulp of each) plus one ulp of the result.

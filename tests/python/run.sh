@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Runs one Python test script of this directory with the binding staged by the build:
+# Runs one Python test script of this directory with the binding the build staged, installed:
 #   run.sh <build>/python <script.py>
 # in the cached environment of setup_env.sh (built on first use: several GB, minutes).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 python="$(bash "$here/setup_env.sh" "${ROPEGEN_BASE_PYTHON:-python3}")"
-export PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}"
-exec "$python" "$here/$2"
+# The tests import the package as pip installs it from the build's staging directory (a wheel
+# built from python/pyproject.toml, with libropegen.so), into a directory of their own.
+site="$(mktemp -d)"
+trap 'rm -rf "$site"' EXIT
+"$python" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation --target "$site" "$1"
+PYTHONPATH="$site" "$python" "$here/$2"

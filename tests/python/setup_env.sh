@@ -21,5 +21,7 @@ if [ ! -f "$env_dir/.complete" ]; then
     "$python" -m venv "$env_dir"
     "$env_dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir -r "$requirements" >&2
     touch "$env_dir/.complete"
+    # Environments of earlier pin sets are several GB each: only the current one is kept.
+    find "$cache" -maxdepth 1 -name 'pytest-*' ! -name "pytest-$key" -exec rm -rf {} +
 fi
 echo "$env_dir/bin/python"

@@ -268,13 +268,15 @@ private:
                                                                 : unsafe_promise_clamped(position, 0, last_row);
                 return widen(table(v.pair, row));
             };
+            // The parity mode needs no rounding here: it takes tables in the tensor dtype (spec §5),
+            // rounded already (runtime/src/validate.cpp).
             Expr c = read(*cos_table_), s = read(*sin_table_);
             if (has_narrow_tables()) {
                 // Tables in the tensor dtype (spec §5); the schedule specializes on the choice.
                 c = select(*narrow_tables_, read(*cos_table_narrow_), c);
                 s = select(*narrow_tables_, read(*sin_table_narrow_), s);
             }
-            cs(v.pair, v.seq, v.batch) = {rounded_to_dtype(c), rounded_to_dtype(s) * (*sin_sign_)};
+            cs(v.pair, v.seq, v.batch) = {c, s * (*sin_sign_)};
             return;
         }
         // mrope (spec §6): pair i takes its position from the stream whose section holds it;

@@ -653,6 +653,13 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
                                          << " elements: with device=ROPE_DEVICE_CUDA a cos/sin table must hold fewer than 2^31 elements";
             return f.finish();
         }
+        // The parity mode rounds cos/sin to the dtype: a cache does that by holding them in it.
+        if (p.round_cos_sin != 0 && p.q.dtype != ROPE_DTYPE_F32 && a.cache_dtype != p.q.dtype) {
+            f.fail(ROPE_ERR_BAD_VALUE) << "round_cos_sin=" << p.round_cos_sin << " with angles.cache_dtype=" << cache_dtype
+                                       << ": the parity mode reads cos/sin tables stored in the tensors' dtype ("
+                                       << enum_value(p.q.dtype) << "), rounded once (rope_build_cos_sin_cache makes them)";
+            return f.finish();
+        }
         limit = std::min(a.cache_len, kMaxPosition + 1);
         cache_rule = "angles.cache_len=" + std::to_string(a.cache_len) + ", spec §5";
         limit_rule = cache_rule.c_str();

@@ -687,6 +687,13 @@ TEST_F(Validation, CallersInvFreq) {
                        std::numeric_limits<float>::infinity(), 0);
 }
 
+TEST_F(Validation, ParityModeNeedsCacheTablesInTheDtype) {
+    rope_params p = valid();
+    p.q.dtype = p.k.dtype = p.q_out.dtype = p.k_out.dtype = ROPE_DTYPE_BF16;
+    p.round_cos_sin = 1;
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"round_cos_sin=1", "angles.cache_dtype=0", "tensors' dtype"});
+}
+
 // --- mrope (spec §6) ------------------------------------------------------------------------------
 
 /// valid() as an mrope call: three int32 streams of [batch][seq] positions, one after the other.

@@ -248,7 +248,8 @@ typedef struct rope_params {
     /**
      * Non-zero: c_i and s_i are rounded to the tensors' dtype before the rotation (spec §4), as
      * transformers (cos.to(x.dtype)) and ONNX do, for bit-level parity with them in f16/bf16. No
-     * effect in f32.
+     * effect in f32. With the cache source the tables must be stored in the tensors' dtype
+     * (angles.cache_dtype), which holds them rounded.
      */
     int32_t round_cos_sin;
     /**

@@ -297,8 +297,7 @@ private:
             } else {
                 const double largest_product =
                     std::max(std::fabs(x[d]), std::fabs(x[partner])) * std::max(1.0, oracle.scale);
-                ok = within_spec(got, y[d], x[d], x[partner], oracle.dtype, oracle.tolerance,
-                                 bounded && largest_product <= kLargestCheckedProduct);
+                ok = within_spec(got, y[d], x[d], x[partner], oracle, bounded && largest_product <= kLargestCheckedProduct);
             }
             if (!ok) {
                 std::ostringstream what;
@@ -336,8 +335,8 @@ private:
 
     /// One rotated lane: NaN in the pair gives NaN, Inf gives a non-finite value; otherwise, where
     /// no product can overflow f32, the bound of spec §7.
-    static bool within_spec(uint32_t got_bits, double want, double x, double partner, rope_dtype dtype,
-                            double tolerance, bool checked) {
+    static bool within_spec(uint32_t got_bits, double want, double x, double partner, const Oracle &oracle, bool checked) {
+        const rope_dtype dtype = oracle.dtype;
         const double got = ref::decode(got_bits, dtype);
         if (std::isnan(x) || std::isnan(partner)) {
             return std::isnan(got);
@@ -353,11 +352,11 @@ private:
         }
         const double max_pair = std::max(std::fabs(x), std::fabs(partner));
         if (dtype == ROPE_DTYPE_F32) {
-            return std::isfinite(got) && std::fabs(got - want) <= tolerance * max_pair + ref::kF32SubnormalSlack;
+            return std::isfinite(got) && std::fabs(got - want) <= oracle.tolerance * max_pair + ref::kF32SubnormalSlack;
         }
         return !std::isnan(got) &&
                (ref::ulp_distance(got_bits, ref::encode(want, dtype), dtype) <= ref::kSixteenBitUlps ||
-                (std::isfinite(got) && std::fabs(got - want) <= ref::kSixteenBitRelTol * max_pair));
+                (std::isfinite(got) && std::fabs(got - want) <= ref::sixteen_bit_tolerance(oracle.scale) * max_pair));
     }
 
     FuzzCall &call_;

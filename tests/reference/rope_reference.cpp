@@ -36,8 +36,18 @@ To bit_cast(const From &from) {
 
 }  // namespace
 
+namespace {
+double attn_scale(double attn_factor) {
+    return std::fabs(attn_factor) > 1 ? 2 * std::fabs(attn_factor) : 1.0;
+}
+}  // namespace
+
+double sixteen_bit_tolerance(double attn_factor) {
+    return kSixteenBitRelTol * attn_scale(attn_factor);
+}
+
 double relative_tolerance(rope_source source, double attn_factor) {
-    const double scale = std::fabs(attn_factor) > 1 ? 2 * std::fabs(attn_factor) : 1.0;
+    const double scale = attn_scale(attn_factor);
     switch (source) {
         case ROPE_SOURCE_CACHE: return kCacheRelTol * scale;
         case ROPE_SOURCE_COMPAT: return kCompatRelTol * scale;

@@ -34,6 +34,9 @@ inline constexpr double kF32SubnormalSlack = 2 * 0x1p-149;
 /// 2 |attn_factor| when |attn_factor| exceeds 1 (the spec assumes <= 1): cos and sin are scaled
 /// by it, and rounded in binades whose ulp is at least twice that of values below 1.
 double relative_tolerance(rope_source source, double attn_factor = 1.0);
+/// The f16/bf16 alternative bound of §7 (kSixteenBitRelTol, relative to max(|x_pair|)), scaled
+/// like relative_tolerance: the rotation runs in f32 on cos and sin scaled by attn_factor.
+double sixteen_bit_tolerance(double attn_factor = 1.0);
 
 // --- storage dtypes --------------------------------------------------------------------------
 size_t dtype_size(rope_dtype dtype);

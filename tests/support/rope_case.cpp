@@ -110,7 +110,7 @@ void judge_head(const CaseSpec &c, const ref::RotationMatrix &rotation, const st
             // which the ulp distance to the rounded oracle accepts.
             ok = !std::isnan(got) &&
                  (ref::ulp_distance(got_bits, ref::encode(want, c.dtype), c.dtype) <= ref::kSixteenBitUlps ||
-                  (std::isfinite(got) && std::fabs(got - want) <= ref::kSixteenBitRelTol * max_pair));
+                  (std::isfinite(got) && std::fabs(got - want) <= ref::sixteen_bit_tolerance(c.effective_attn_factor()) * max_pair));
         }
         if (!ok) {
             failures.add(where(d), " x=(", x[d], ", ", x[partner], ") got ", got, " (", hex(got_bits), ") want ",

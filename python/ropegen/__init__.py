@@ -119,6 +119,20 @@ def library_version():
 
 
 # --- arrays as rope_tensor views -----------------------------------------------------------------
+def _element_strides(interface, itemsize, name):
+    """The array interface's strides in elements (C-contiguous when it gives none)."""
+    shape, strides = list(interface["shape"]), interface.get("strides")
+    if strides is None:
+        strides, step = [], 1
+        for size in reversed(shape):
+            strides.insert(0, step)
+            step *= size
+        return strides
+    if any(s % itemsize for s in strides):
+        raise RopeError(8, f"{name}.strides={strides} bytes: not whole elements")
+    return [s // itemsize for s in strides]
+
+
 def _array_view(x, name, writable=False):
     """(data pointer, dtype code, sizes, element strides) of a torch tensor or a numpy array, no copy."""
     if hasattr(x, "data_ptr") and hasattr(x, "stride"):  # torch
@@ -136,19 +150,8 @@ def _array_view(x, name, writable=False):
     dtype = {"float32": F32, "float16": F16, "bfloat16": BF16}.get(getattr(getattr(x, "dtype", None), "name", ""))
     if dtype is None:
         raise RopeError(3, f"{name}.dtype={getattr(x, 'dtype', interface['typestr'])}: not float32, float16 or bfloat16")
-    itemsize = 4 if dtype == F32 else 2
-    shape = list(interface["shape"])
-    strides = interface.get("strides")
-    if strides is None:  # C-contiguous
-        strides, step = [], 1
-        for size in reversed(shape):
-            strides.insert(0, step)
-            step *= size
-    else:
-        if any(s % itemsize for s in strides):
-            raise RopeError(8, f"{name}.strides={strides} bytes: not whole elements")
-        strides = [s // itemsize for s in strides]
-    return interface["data"][0], dtype, shape, strides
+    strides = _element_strides(interface, 4 if dtype == F32 else 2, name)
+    return interface["data"][0], dtype, list(interface["shape"]), strides
 
 
 def _tensor(x, name, writable=False):
@@ -173,14 +176,8 @@ def _index_view(x, name):
     kind = {"<i4": 0, "<i8": 1}.get(interface["typestr"])
     if kind is None:
         raise RopeError(2, f"{name}.dtype={interface['typestr']}: positions are int32 or int64")
-    itemsize = 4 if kind == 0 else 8
-    shape = list(interface["shape"])
-    strides = interface.get("strides")
-    if strides is None:
-        strides = [shape[1] if len(shape) == 2 else 1, 1][-len(shape):]
-    else:
-        strides = [s // itemsize for s in strides]
-    return interface["data"][0], kind, shape, strides
+    strides = _element_strides(interface, 4 if kind == 0 else 8, name)
+    return interface["data"][0], kind, list(interface["shape"]), strides
 
 
 def _float_table(values, count, name):

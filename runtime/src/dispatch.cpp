@@ -209,11 +209,6 @@ rope_status begin(const rope_params *params, rope_report *report, ValidCall *cal
     return finish(report, status, message);
 }
 
-// True for the scalings whose frequencies follow each sequence's length (spec §6).
-bool per_sequence_scaling(const rope_params &p) {
-    return p.scaling.type == ROPE_SCALING_DYNAMIC || p.scaling.type == ROPE_SCALING_LONGROPE;
-}
-
 // The scratch the generated kernels allocate (generators/rope_generator.cpp): with a computed
 // source, the length of each sequence and inv_freq (P floats or doubles a row: one row, or one
 // per batch item for a per-sequence scaling) and, as the schedules place it (cos_sin_at=root),
@@ -279,7 +274,7 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
     const int32_t position_step = table ? 0 : 1;
     const int64_t scalar_offset = positions_given ? 0 : pos.offset;
     // mrope (spec §6): pairs [0, end0) read the first position stream, [end0, end1) the second.
-    const bool mrope = p.mrope.sections[0] != 0 || p.mrope.sections[1] != 0 || p.mrope.sections[2] != 0;
+    const bool mrope = uses_mrope(p);
     const int32_t mrope_end0 = mrope ? p.mrope.sections[0] : call.rotary_dim / 2;
     const int32_t mrope_end1 = mrope ? p.mrope.sections[0] + p.mrope.sections[1] : call.rotary_dim / 2;
 

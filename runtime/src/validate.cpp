@@ -200,7 +200,7 @@ double yarn_mscale(double factor, double mscale) {
 // mrope (spec §6): three position streams, sections of the pairs.
 void check_mrope(Failure &f, const rope_params &p, const ValidCall &call, bool on_device) {
     const rope_mrope &m = p.mrope;
-    if (m.sections[0] == 0 && m.sections[1] == 0 && m.sections[2] == 0) {
+    if (!uses_mrope(p)) {
         return;
     }
     const int64_t pairs = call.rotary_dim / 2;
@@ -217,7 +217,7 @@ void check_mrope(Failure &f, const rope_params &p, const ValidCall &call, bool o
     } else if (p.positions.kind != ROPE_POSITIONS_TABLE) {
         f.fail(ROPE_ERR_BAD_VALUE) << "mrope with positions.kind=" << enum_value(p.positions.kind)
                                    << ": mrope reads three position tables (ROPE_POSITIONS_TABLE)";
-    } else if (p.scaling.type == ROPE_SCALING_DYNAMIC || p.scaling.type == ROPE_SCALING_LONGROPE) {
+    } else if (per_sequence_scaling(p)) {
         f.fail(ROPE_ERR_BAD_VALUE) << "mrope with scaling.type=" << p.scaling.type
                                    << ": a sequence's length is not defined over three position streams";
     } else if (m.stream_stride < 0 || m.stream_stride > kMaxPosition / 2) {
@@ -671,8 +671,7 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
     check_positions(f, p.positions, p.q.sizes[0], p.q.sizes[1], limit, limit_rule, !on_device, "positions.data",
                     p.varlen.cu_seqlens != nullptr ? &p.varlen : nullptr);
     // mrope's height and width streams (validated as sound above: a table of the CPU).
-    const bool mrope = p.mrope.sections[0] != 0 || p.mrope.sections[1] != 0 || p.mrope.sections[2] != 0;
-    for (int stream = 1; mrope && stream < 3 && !f.failed() && p.positions.data != nullptr; stream++) {
+    for (int stream = 1; uses_mrope(p) && stream < 3 && !f.failed() && p.positions.data != nullptr; stream++) {
         rope_positions streamed = p.positions;
         const size_t element = p.positions.index_type == ROPE_INDEX_INT64 ? 8 : 4;
         streamed.data = static_cast<const uint8_t *>(p.positions.data) + stream * p.mrope.stream_stride * element;

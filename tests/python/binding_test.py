@@ -87,6 +87,15 @@ class Binding(unittest.TestCase):
                 ropegen.rope(alone[first:last], offset=int(offsets[b]), scaling=scaling)
         np.testing.assert_array_equal(packed, alone)
 
+    def test_mrope_numpy_streams(self):
+        # Contiguous [3, batch, seq] positions: streams with equal values give the plain rotation.
+        q = self.rng.uniform(-1, 1, (2, 4, 2, 64)).astype(np.float32)
+        plain = q.copy()
+        positions = np.arange(8, dtype=np.int64).reshape(2, 4)
+        ropegen.rope(q, positions=np.stack([positions] * 3), mrope_section=[8, 12, 12], source="precise")
+        ropegen.rope(plain, positions=positions, source="precise")
+        np.testing.assert_array_equal(q, plain)
+
     def test_query_names_the_kernel_and_runs_nothing(self):
         q = self.rng.uniform(-1, 1, (1, 4, 2, 80)).astype(np.float32)
         before = q.copy()

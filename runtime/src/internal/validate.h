@@ -20,6 +20,16 @@ struct ValidCall {
     float beta_fast, beta_slow;  ///< YaRN, defaults applied
 };
 
+/// True for the scalings whose frequencies follow each sequence's length (spec §6).
+inline bool per_sequence_scaling(const rope_params &p) {
+    return p.scaling.type == ROPE_SCALING_DYNAMIC || p.scaling.type == ROPE_SCALING_LONGROPE;
+}
+
+/// True when the call gives mrope sections (spec §6).
+inline bool uses_mrope(const rope_params &p) {
+    return p.mrope.sections[0] != 0 || p.mrope.sections[1] != 0 || p.mrope.sections[2] != 0;
+}
+
 /// cu_seqlens[b] of a varlen call that passed validation.
 int64_t sequence_start(const rope_varlen &varlen, int64_t b);
 

@@ -29,6 +29,14 @@ const IsaLevel *isa_levels(size_t *count) {
     return kLevels;
 }
 
+std::vector<CpuFeature> cpu_features() {
+    const unsigned long hwcap = getauxval(AT_HWCAP);
+    return {{"fp", has_all(hwcap, kHwcapFp)},
+            {"asimd", has_all(hwcap, kHwcapAsimd)},
+            {"fphp", has_all(hwcap, kHwcapFphp)},
+            {"asimdhp", has_all(hwcap, kHwcapAsimdhp)}};
+}
+
 rope_isa detect_isa() {
     const unsigned long hwcap = getauxval(AT_HWCAP);
     if (!has_all(hwcap, kHwcapFp | kHwcapAsimd)) {

@@ -23,6 +23,32 @@ bool bit(uint32_t reg, int index) {
     return (reg >> index) & 1u;
 }
 
+// What the levels need: the instructions (cpuid) and the register state the OS saves (xgetbv).
+struct X86Features {
+    bool sse41 = false, avx = false, fma = false, f16c = false, avx2 = false;
+    bool avx512f = false, avx512dq = false, avx512cd = false, avx512bw = false, avx512vl = false;
+    bool os_avx = false, os_avx512 = false;  // XMM|YMM state; plus opmask|ZMM_Hi256|Hi16_ZMM
+};
+
+X86Features read_features() {
+    X86Features f;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
+        return f;
+    }
+    f.sse41 = bit(ecx, 19), f.fma = bit(ecx, 12), f.avx = bit(ecx, 28), f.f16c = bit(ecx, 29);
+    const uint64_t xcr0 = bit(ecx, 27) ? read_xcr0() : 0;  // OSXSAVE
+    f.os_avx = (xcr0 & 0x6) == 0x6;
+    f.os_avx512 = f.os_avx && (xcr0 & 0xe0) == 0xe0;
+    if (__get_cpuid_max(0, nullptr) >= 7) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        __cpuid_count(7, 0, a, b, c, d);
+        f.avx2 = bit(b, 5), f.avx512f = bit(b, 16), f.avx512dq = bit(b, 17), f.avx512cd = bit(b, 28);
+        f.avx512bw = bit(b, 30), f.avx512vl = bit(b, 31);
+    }
+    return f;
+}
+
 }  // namespace
 
 const IsaLevel *isa_levels(size_t *count) {
@@ -30,31 +56,24 @@ const IsaLevel *isa_levels(size_t *count) {
     return kLevels;
 }
 
+std::vector<CpuFeature> cpu_features() {
+    const X86Features f = read_features();
+    return {{"sse4.1", f.sse41},       {"avx", f.avx},           {"fma", f.fma},
+            {"f16c", f.f16c},          {"avx2", f.avx2},         {"avx512f", f.avx512f},
+            {"avx512dq", f.avx512dq},  {"avx512cd", f.avx512cd}, {"avx512bw", f.avx512bw},
+            {"avx512vl", f.avx512vl},  {"os_saves_ymm", f.os_avx}, {"os_saves_zmm", f.os_avx512}};
+}
+
 rope_isa detect_isa() {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !bit(ecx, 19)) {  // SSE4.1
+    const X86Features f = read_features();
+    if (!f.sse41) {
         return ROPE_ISA_NONE;
     }
-    const bool fma = bit(ecx, 12), osxsave = bit(ecx, 27), avx = bit(ecx, 28), f16c = bit(ecx, 29);
-    // The OS must save the registers: XMM|YMM for AVX, plus opmask|ZMM_Hi256|Hi16_ZMM for AVX-512.
-    const uint64_t xcr0 = osxsave ? read_xcr0() : 0;
-    const bool os_avx = (xcr0 & 0x6) == 0x6;
-    const bool os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0;
-    unsigned max_leaf = __get_cpuid_max(0, nullptr);
-    unsigned ebx7 = 0;
-    if (max_leaf >= 7) {
-        unsigned a = 0, c = 0, d = 0;
-        __cpuid_count(7, 0, a, ebx7, c, d);
-    }
-    const bool avx2 = bit(ebx7, 5);
-    const bool avx512 = bit(ebx7, 16) && bit(ebx7, 17) && bit(ebx7, 28) && bit(ebx7, 30) && bit(ebx7, 31);  // F DQ CD BW VL
-    if (os_avx512 && avx512 && avx2 && fma && f16c) {
+    const bool avx2 = f.os_avx && f.avx && f.avx2 && f.fma && f.f16c;
+    if (avx2 && f.os_avx512 && f.avx512f && f.avx512dq && f.avx512cd && f.avx512bw && f.avx512vl) {
         return ROPE_ISA_AVX512;
     }
-    if (os_avx && avx && avx2 && fma && f16c) {
-        return ROPE_ISA_AVX2;
-    }
-    return ROPE_ISA_SSE41;
+    return avx2 ? ROPE_ISA_AVX2 : ROPE_ISA_SSE41;
 }
 
 }  // namespace ropegen

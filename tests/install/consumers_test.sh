@@ -58,4 +58,14 @@ run_cmake_consumer halide_pipeline -DHalide_DIR="$halide_dir" -DHalideHelpers_DI
 # Both runtimes are in the binary: the engine's global (weak, as Halide makes it), ropegen's local.
 kinds="$(nm "$work/halide_pipeline/halide_consumer" | awk '$3 == "halide_malloc" { print $2 }' | sort | tr -d '\n')"
 [ "$kinds" = "Wt" ] || { echo "halide_malloc kinds '$kinds', expected W (the engine's) and t (ropegen's)"; exit 1; }
+echo "--- bin/ropegen-info --json"
+"$prefix/bin/ropegen-info" --json --kernels | python3 -c '
+import json, sys
+info = json.load(sys.stdin)
+call = info["call"]
+assert call["status"].startswith("ROPE_OK") and call["kernel"] == call["chosen_kernel"]["name"], call
+assert info["kernels"]["cpu"] == sum("isa" in k for k in info["kernels"]["list"]) > 0, info["kernels"]["cpu"]
+assert info["cpu"]["best_isa"] in info["kernels"]["isa_levels"], info["cpu"]
+assert all(s["default_file"].startswith("schedules/") for s in info["schedules"]), info["schedules"]
+print("ropegen-info: cpu", info["cpu"]["best_isa"], "| decode bf16 ->", call["kernel"])'
 echo "all consumers ran"

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "ropegen/rope.h"
 
@@ -63,6 +64,15 @@ const char *isa_name(rope_isa isa);
 
 /// The best level this CPU (and its OS) supports, ignoring any cap.
 rope_isa detected_isa();
+
+/// A CPU feature the levels depend on, and whether this CPU (and its OS) has it.
+struct CpuFeature {
+    const char *name;  ///< Linux's /proc/cpuinfo spelling where it has one
+    bool present;
+};
+
+/// The features detected_isa() decides from, as read now (for ropegen-info).
+std::vector<CpuFeature> cpu_features();
 
 /// True when `kernel` computes what `params` asks (same key and head_dim); where it may run (CPU
 /// level, GPU, alignment) is not considered.

@@ -475,9 +475,44 @@ rope_status run_varlen(const KernelEntry &kernel, const ValidCall &call, const C
     return finish(report, ROPE_OK, "");
 }
 
+// A CPU decode step, a batch of one-token sequences ([B, 1]), as one sequence of B tokens
+// ([1, B]) over the same memory, with each token's position: the kernels split their work into
+// tasks along the sequence, where B one-token sequences would make B task tails (about 1.5x
+// slower at B >= 64). Not when the frequencies depend on the batch item (per-sequence scaling)
+// or positions come in mrope streams. `scalar_position` holds a scalar offset for the folded
+// call's position table and must outlive it.
+bool fold_decode_batch(ValidCall *call, int64_t *scalar_position) {
+    rope_params &p = call->params;
+    if (p.device != ROPE_DEVICE_CPU || p.varlen.cu_seqlens != nullptr || p.q.sizes[1] != 1 || p.q.sizes[0] < 2 ||
+        per_sequence_scaling(p) || uses_mrope(p)) {
+        return false;
+    }
+    for (rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
+        if (t->data == nullptr) {
+            continue;  // no k
+        }
+        t->sizes[1] = t->sizes[0], t->sizes[0] = 1;
+        t->strides[1] = t->strides[0];
+    }
+    rope_positions &pos = p.positions;
+    if (pos.kind == ROPE_POSITIONS_OFFSET && pos.data == nullptr) {  // every token at the scalar offset
+        *scalar_position = pos.offset;
+        pos.data = scalar_position, pos.index_type = ROPE_INDEX_INT64, pos.strides[0] = 0;
+    }
+    // A table's [b][0], or OFFSET's offset[b] (+ s = 0): both become [0][b].
+    pos.kind = ROPE_POSITIONS_TABLE;
+    pos.strides[1] = pos.strides[0];
+    return true;
+}
+
 // Runs `kernel` on a validated call: dense, or varlen.
 rope_status run_call(const KernelEntry &kernel, const ValidCall &call, const CudaTarget &cuda, rope_report *report) {
-    return call.params.varlen.cu_seqlens != nullptr ? run_varlen(kernel, call, cuda, report) : run(kernel, call, cuda, report);
+    if (call.params.varlen.cu_seqlens != nullptr) {
+        return run_varlen(kernel, call, cuda, report);
+    }
+    ValidCall folded = call;
+    int64_t scalar_position = 0;
+    return run(kernel, fold_decode_batch(&folded, &scalar_position) ? folded : call, cuda, report);
 }
 
 // Where the call runs: the capped CPU level, or the CUDA device of the call's context and stream.

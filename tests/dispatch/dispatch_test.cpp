@@ -189,6 +189,54 @@ TEST(KernelChoice, FixedKernelServesHeadDim128) {
     EXPECT_TRUE(call.check_outputs());
 }
 
+// A decode batch ([B, 1]) runs as one sequence of B tokens (dispatch.cpp, fold_decode_batch):
+// for every way of giving positions, layout, with and without k, the results are the oracle's
+// and the bits of calling the batch items one by one.
+TEST(DecodeBatch, FoldedCallGivesTheBitsOfOneCallPerItem) {
+    const std::pair<PositionMode, const char *> modes[] = {{PositionMode::ScalarOffset, "scalar offset"},
+                                                           {PositionMode::BatchOffsets, "batch offsets"},
+                                                           {PositionMode::Table, "table"}};
+    for (const auto &[mode, mode_name] : modes) {
+        for (const Layout layout : {Layout::BSHD, Layout::BHSD, Layout::SBHD}) {
+            for (const int64_t k_heads : {int64_t{0}, int64_t{2}}) {
+                for (const rope_source source : {ROPE_SOURCE_CACHE, ROPE_SOURCE_COMPAT}) {
+                    CaseSpec c;
+                    c.batch = 7, c.seq = 1, c.q_heads = 4, c.k_heads = k_heads, c.head_dim = 128;
+                    c.layout = layout, c.source = source, c.dtype = ROPE_DTYPE_BF16;
+                    c.positions = random_table(c, 0, 5000, ROPE_INDEX_INT64, 11);
+                    c.positions.mode = mode;
+                    c.positions.scalar_offset = 4093;
+                    SCOPED_TRACE(std::string(mode_name) + ", " + c.describe());
+                    ROPEGEN_SKIP_UNLESS_BUILT(c.style, c.source, c.dtype, c.head_dim);
+                    RopeCall whole(c), items(c);
+                    ASSERT_EQ(whole.run(dispatch_runner()), ROPE_OK) << whole.report().message;
+                    EXPECT_TRUE(whole.check_outputs());
+                    const rope_params batch = items.params();
+                    for (int64_t b = 0; b < c.batch; b++) {
+                        rope_params item = batch;
+                        for (rope_tensor *t : {&item.q, &item.k, &item.q_out, &item.k_out}) {
+                            if (t->data != nullptr) {
+                                t->data = static_cast<uint8_t *>(t->data) + b * t->strides[0] * 2;  // bf16
+                                t->sizes[0] = 1;
+                            }
+                        }
+                        if (item.positions.data != nullptr) {
+                            item.positions.data =
+                                static_cast<const int64_t *>(item.positions.data) + b * item.positions.strides[0];
+                        }
+                        rope_report report = rope_report_init();
+                        ASSERT_EQ(rope_dispatch(&item, &report), ROPE_OK) << "item " << b << ": " << report.message;
+                    }
+                    EXPECT_TRUE(same_bits(whole.q_out, items.q_out));
+                    if (k_heads != 0) {
+                        EXPECT_TRUE(same_bits(whole.k_out, items.k_out));
+                    }
+                }
+            }
+        }
+    }
+}
+
 // Every key reaches the kernel of that key: style, source and dtype are never mixed up.
 TEST(KernelChoice, EveryKeyPicksItsKernel) {
     for (rope_style style : {ROPE_STYLE_HALF, ROPE_STYLE_INTERLEAVED}) {

@@ -9,12 +9,15 @@ RopeError with the library's status and message, and leaves every array untouche
 
     import ropegen
     ropegen.rope(q, k, positions=pos, scaling={"rope_type": "llama3", "factor": 8.0, ...})
+
+For a call repeated on the same arrays (a decode step), ropegen.prepare() converts the arguments
+once and returns an object whose call only runs rope_dispatch.
 """
 import ctypes
 import os
 from pathlib import Path
 
-__all__ = ["RopeError", "rope", "build_cos_sin_cache", "library_version", "query"]
+__all__ = ["PreparedRope", "RopeError", "rope", "prepare", "build_cos_sin_cache", "library_version", "query"]
 
 # --- the ABI's types, field for field as rope.h declares them -----------------------------------
 F32, F16, BF16 = 0, 1, 2
@@ -308,15 +311,50 @@ def rope(q, k=None, *, q_out=None, k_out=None, positions=None, offset=0, style="
     return _call(_lib.rope_dispatch, params)
 
 
+# rope()'s keyword arguments and their defaults, for query() and prepare().
+_DEFAULT_ARGUMENTS = dict(q_out=None, k_out=None, positions=None, offset=0, style="half", inverse=False,
+                          source="compat", base=10000.0, attn_factor=0.0, scaling=None, round_cos_sin=False,
+                          rotary_dim=0, rotary_offset=0, cos_cache=None, sin_cache=None, num_threads=0,
+                          mrope_section=None, cu_seqlens=None)
+
+
 def query(q, k=None, **arguments):
     """Validates like rope() and returns the name of the kernel it would run; runs nothing."""
     keep_alive = []
-    defaults = dict(q_out=None, k_out=None, positions=None, offset=0, style="half", inverse=False, source="compat",
-                    base=10000.0, attn_factor=0.0, scaling=None, round_cos_sin=False, rotary_dim=0, rotary_offset=0,
-                    cos_cache=None, sin_cache=None, num_threads=0, mrope_section=None, cu_seqlens=None)
-    defaults.update(arguments)
-    params = _params(q, k, keep_alive=keep_alive, **defaults)
+    params = _params(q, k, keep_alive=keep_alive, **{**_DEFAULT_ARGUMENTS, **arguments})
     return _call(_lib.rope_query, params)
+
+
+class PreparedRope:
+    """rope(q, k, **arguments) with the C structs built once: calling the object runs rope_dispatch on them.
+
+    Building the structs in Python costs tens of microseconds, more than a decode step's kernel, so
+    an engine that rotates the same buffers at every step prepares the call once. The structs hold
+    the arrays' addresses, shapes and strides as they were at prepare(): their contents (q, k,
+    positions, the cos/sin tables) may change between calls, and each call reads them anew (the
+    library still validates every call, positions included); the arrays themselves must not be
+    replaced or resized. The object keeps them alive. `kernel` names the kernel a call runs.
+    One object serves one thread at a time (its report buffer is shared by its calls).
+    """
+
+    def __init__(self, q, k, arguments):
+        self._keep_alive = [q, k, arguments]  # the library reads these arrays at every call
+        self._params = _params(q, k, keep_alive=self._keep_alive, **{**_DEFAULT_ARGUMENTS, **arguments})
+        self.kernel = _call(_lib.rope_query, self._params)  # refuses bad arguments here, running nothing
+        self._report = _Report()
+        self._report.struct_size = ctypes.sizeof(_Report)
+        self._by_reference = (ctypes.byref(self._params), ctypes.byref(self._report))
+
+    def __call__(self):
+        """Rotates, like the rope() call it was prepared from; raises RopeError (touching nothing) if refused."""
+        status = _lib.rope_dispatch(*self._by_reference)
+        if status != 0:
+            raise RopeError(status, self._report.message.decode())
+
+
+def prepare(q, k=None, **arguments):
+    """A PreparedRope of rope(q, k, **arguments): validated now, run by calling it."""
+    return PreparedRope(q, k, arguments)
 
 
 def build_cos_sin_cache(cos, sin, *, rotary_dim, source="compat", base=10000.0, attn_factor=0.0, scaling=None):

@@ -2,7 +2,9 @@
 """The Python binding (python/ropegen, ctypes over libropegen.so): numpy arrays and torch tensors
 passed without copies, results against an fp64 reference of spec §2, the library's validation as
 RopeError, the cache builder (ctest label "python")."""
+import gc
 import unittest
+import weakref
 
 import numpy as np
 import torch
@@ -95,6 +97,56 @@ class Binding(unittest.TestCase):
         ropegen.rope(q, positions=np.stack([positions] * 3), mrope_section=[8, 12, 12], source="precise")
         ropegen.rope(plain, positions=positions, source="precise")
         np.testing.assert_array_equal(q, plain)
+
+    def test_prepared_call_reads_the_arrays_anew_at_every_call(self):
+        q = self.rng.uniform(-1, 1, (3, 1, 4, 64)).astype(np.float32)
+        k = self.rng.uniform(-1, 1, (3, 1, 2, 64)).astype(np.float32)
+        q_out, k_out = np.full_like(q, np.nan), np.full_like(k, np.nan)
+        positions = np.array([[7], [900], [31]], dtype=np.int64)
+        prepared = ropegen.prepare(q, k, q_out=q_out, k_out=k_out, positions=positions, source="precise")
+        self.assertIn("precise_d64_f32", prepared.kernel)
+        self.assertTrue(np.isnan(q_out).all() and np.isnan(k_out).all())  # preparing runs nothing
+        for step in range(3):  # a decode loop: new inputs and positions in the same arrays
+            q[...] = self.rng.uniform(-1, 1, q.shape)
+            k[...] = self.rng.uniform(-1, 1, k.shape)
+            positions += 1 + step
+            prepared()
+            np.testing.assert_allclose(q_out, reference_half(q, positions), atol=2e-6, rtol=0)
+            np.testing.assert_allclose(k_out, reference_half(k, positions), atol=2e-6, rtol=0)
+            want_q, want_k = np.empty_like(q), np.empty_like(k)
+            ropegen.rope(q, k, q_out=want_q, k_out=want_k, positions=positions, source="precise")
+            np.testing.assert_array_equal(q_out, want_q)
+            np.testing.assert_array_equal(k_out, want_k)
+
+    def test_prepared_call_validates_at_prepare_and_at_every_call(self):
+        q = self.rng.uniform(-1, 1, (1, 4, 2, 64)).astype(np.float32)
+        with self.assertRaises(ropegen.RopeError) as raised:
+            ropegen.prepare(q, rotary_dim=65)
+        self.assertEqual(raised.exception.status, "ROPE_ERR_BAD_ROTARY")
+        cos, sin = np.zeros((16, 32), np.float32), np.zeros((16, 32), np.float32)
+        ropegen.build_cos_sin_cache(cos, sin, rotary_dim=64)
+        positions = np.arange(4, dtype=np.int32)[None]
+        q_out = np.zeros_like(q)
+        prepared = ropegen.prepare(q, q_out=q_out, positions=positions, source="cache", cos_cache=cos, sin_cache=sin)
+        positions[0, 2] = 16  # past the table: refused by the call, which writes nothing
+        with self.assertRaises(ropegen.RopeError) as raised:
+            prepared()
+        self.assertEqual(raised.exception.status, "ROPE_ERR_POSITION_OUT_OF_RANGE")
+        np.testing.assert_array_equal(q_out, 0)
+        positions[0, 2] = 15
+        prepared()
+        self.assertFalse(np.array_equal(q_out, 0))
+
+    def test_prepared_call_keeps_its_arrays_alive(self):
+        q = self.rng.uniform(-1, 1, (1, 2, 2, 64)).astype(np.float32)
+        source, out = q.copy(), np.zeros_like(q)
+        source_alive = weakref.ref(source)
+        prepared = ropegen.prepare(source, q_out=out, offset=3, source="precise")
+        del source
+        gc.collect()
+        self.assertIsNotNone(source_alive())
+        prepared()
+        np.testing.assert_allclose(out, reference_half(q, np.array([[3, 4]])), atol=2e-6, rtol=0)
 
     def test_query_names_the_kernel_and_runs_nothing(self):
         q = self.rng.uniform(-1, 1, (1, 4, 2, 80)).astype(np.float32)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs one Python test script of this directory with the binding the build staged, installed:
-#   run.sh <build>/python <script.py>
+#   run.sh <build>/python <script.py> [arguments of the script]
 # in the cached environment of setup_env.sh (built on first use: several GB, minutes).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -10,4 +10,4 @@ python="$(bash "$here/setup_env.sh" "${ROPEGEN_BASE_PYTHON:-python3}")"
 site="$(mktemp -d)"
 trap 'rm -rf "$site"' EXIT
 "$python" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation --target "$site" "$1"
-PYTHONPATH="$site" "$python" "$here/$2"
+PYTHONPATH="$site" "$python" "$here/$2" "${@:3}"

@@ -6,8 +6,13 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 python="$(bash "$here/setup_env.sh" "${ROPEGEN_BASE_PYTHON:-python3}")"
 # The tests import the package as pip installs it from the build's staging directory (a wheel
-# built from python/pyproject.toml, with libropegen.so), into a directory of their own.
-site="$(mktemp -d)"
-trap 'rm -rf "$site"' EXIT
-"$python" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation --target "$site" "$1"
-PYTHONPATH="$site" "$python" "$here/$2" "${@:3}"
+# built from python/pyproject.toml, with libropegen.so), into a directory of their own. The wheel
+# is built from a copy of the package's files: setuptools writes its build files beside them, and
+# tests running in parallel would collide there.
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+mkdir "$work/package"
+cp -r "$1/pyproject.toml" "$1/ropegen" "$work/package/"
+"$python" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation --target "$work/site" \
+    "$work/package"
+PYTHONPATH="$work/site" "$python" "$here/$2" "${@:3}"

@@ -3,6 +3,7 @@
 // level the dispatcher uses, the GPU (CUDA builds), every kernel built in with the schedule it
 // was generated from, and for one call shape the kernel rope_query() picks and why the others
 // were passed over. Text by default, --json for tools.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -302,6 +303,12 @@ Node call_node(const CallShape &shape) {
     const long long batch = positive(shape, "batch", 1), seq = positive(shape, "seq", 1);
     const long long heads = positive(shape, "heads", 1), kv_heads = positive(shape, "kv_heads", 0);
     const long long head_dim = positive(shape, "head_dim", 1), rotary_dim = positive(shape, "rotary_dim", 0);
+    // The query reads real buffers (validation reads positions and checks overlaps): keep them small.
+    if (batch * seq * std::max(heads, kv_heads) * head_dim > (1ll << 28)) {
+        std::fprintf(stderr, "ropegen-info: --call: batch*seq*heads*head_dim above 2^28 elements; the tool allocates "
+                             "the call's buffers, so ask with a smaller batch or seq (the kernel does not depend on them)\n");
+        std::exit(2);
+    }
 
     CallBuffers buffers;
     rope_params params = rope_params_init();
@@ -315,13 +322,12 @@ Node call_node(const CallShape &shape) {
         params.k_out = tensor(buffers.k_out, dtype, layout, batch, seq, kv_heads, head_dim);
     }
     if (params.angles.source == ROPE_SOURCE_CACHE) {  // one row per position 0..seq-1
-        const size_t row = static_cast<size_t>(rotary_dim ? rotary_dim : head_dim) / 2 + 1;
+        const size_t row = static_cast<size_t>(rotary_dim ? rotary_dim : head_dim) / 2;
         buffers.cos_cache.assign(static_cast<size_t>(seq) * row * sizeof(float), 0);
         buffers.sin_cache.assign(buffers.cos_cache.size(), 0);
         params.angles.cos_cache = buffers.cos_cache.data();
         params.angles.sin_cache = buffers.sin_cache.data();
         params.angles.cache_len = seq;
-        params.angles.cache_row_stride = static_cast<int64_t>(row);
     }
     rope_report report = rope_report_init();
     const rope_status status = rope_query(&params, &report);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "internal/enum_value.h"
+#include "internal/kernel_table.h"
 #include "internal/runtime_state.h"
 #include "ropegen/rope.h"
 
@@ -20,10 +21,6 @@ namespace ropegen {
 namespace {
 
 constexpr int64_t kMaxRows = int64_t{1} << 31;  // positions are int32 in the kernels
-
-size_t element_bytes(rope_dtype dtype) {
-    return dtype == ROPE_DTYPE_F32 ? 4 : 2;
-}
 
 // 1.0 in `dtype`, as stored.
 void store_one(rope_dtype dtype, uint8_t *element) {
@@ -84,7 +81,7 @@ rope_status check(const rope_cache_spec *spec, rope_report *report) {
         return fail(report, ROPE_ERR_BAD_STRIDE, m.str());
     }
     // Both tables' bytes, which must not overlap: [(len-1)*stride + pairs) elements each.
-    const uint64_t bytes = (static_cast<uint64_t>(spec->cache_len - 1) * row_stride + pairs) * element_bytes(spec->cache_dtype);
+    const uint64_t bytes = (static_cast<uint64_t>(spec->cache_len - 1) * row_stride + pairs) * dtype_bytes(spec->cache_dtype);
     const auto cos_first = reinterpret_cast<uintptr_t>(spec->cos_cache), sin_first = reinterpret_cast<uintptr_t>(spec->sin_cache);
     if (cos_first < sin_first + bytes && sin_first < cos_first + bytes) {
         return fail(report, ROPE_ERR_OVERLAP, "spec.cos_cache and spec.sin_cache overlap; they must be disjoint");
@@ -104,7 +101,7 @@ extern "C" rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rop
         return status;
     }
     const rope_dtype dtype = spec->cache_dtype;
-    const size_t element = element_bytes(dtype);
+    const size_t element = dtype_bytes(dtype);
     const int64_t rotary = spec->rotary_dim, pairs = rotary / 2, rows = spec->cache_len;
     std::vector<uint8_t> unit_row, staging;
     try {

@@ -144,7 +144,6 @@ const KernelSchedule *schedule_of(const char *kernel) {
 const char *const kStyles[] = {"half", "interleaved"};
 const char *const kSources[] = {"cache", "compat", "precise"};
 const char *const kDtypes[] = {"f32", "f16", "bf16"};
-const size_t kDtypeBytes[] = {4, 2, 2};
 
 Node kernel_node(const ropegen::KernelEntry &kernel) {
     Node node = Node::object();
@@ -281,7 +280,7 @@ struct CallBuffers {
 
 rope_tensor tensor(std::vector<unsigned char> &storage, rope_dtype dtype, const std::string &layout, long long batch,
                    long long seq, long long heads, long long head_dim) {
-    storage.assign(static_cast<size_t>(batch * seq * heads * head_dim) * kDtypeBytes[dtype], 0);
+    storage.assign(static_cast<size_t>(batch * seq * heads * head_dim) * ropegen::dtype_bytes(dtype), 0);
     rope_tensor t = {storage.data(), dtype, {batch, seq, heads, head_dim}, {0, 0, head_dim, 1}};
     if (layout == "bhsd") {
         t.strides[0] = heads * seq * head_dim, t.strides[2] = seq * head_dim, t.strides[1] = head_dim;

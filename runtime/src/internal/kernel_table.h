@@ -50,6 +50,11 @@ const KernelEntry *kernel_table(size_t *count);
 /// one, fixed head_dims first.
 const KernelEntry *cuda_kernel_table(size_t *count);
 
+/// Bytes of one element of `dtype` (f32: 4; f16, bf16: 2).
+inline size_t dtype_bytes(rope_dtype dtype) {
+    return dtype == ROPE_DTYPE_F32 ? 4 : 2;
+}
+
 /// One instruction-set level of the architecture the library is built for.
 struct IsaLevel {
     rope_isa isa;

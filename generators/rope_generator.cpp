@@ -172,6 +172,9 @@ private:
     void schedule_cpu() {
         if (inv_freq_.defined()) {
             inv_freq_.compute_root().vectorize(RopeVars().pair, vector_pairs, TailStrategy::GuardWithIf);
+            // The selects of scaled_inv_freq evaluate every scaling's branch; a call without
+            // scaling (the common case) gets a loop nest with the plain frequencies only.
+            inv_freq_.specialize(*scaling_type_ == ROPE_SCALING_NONE);
         }
         if (sequence_length_.defined()) {
             sequence_length_.compute_root();
@@ -280,11 +283,17 @@ private:
             return;
         }
         // mrope (spec §6): pair i takes its position from the stream whose section holds it;
-        // [0, mrope_end0) temporal, [mrope_end0, mrope_end1) height, the rest width. CUDA calls
-        // take no mrope (runtime/src/validate.cpp).
-        const Expr stream = get_target().has_gpu_feature() ? Expr(0)
-                                                           : select(v.pair < *mrope_end0_, 0, v.pair < *mrope_end1_, 1, 2);
-        const Expr position = position_(v.seq, v.batch, stream);
+        // [0, mrope_end0) temporal, [mrope_end0, mrope_end1) height, the rest width. Each stream
+        // is read once per token and the pair selects among the three values: selecting the
+        // stream instead would read the table once per pair (a gather). A call without mrope has
+        // one stream, which the clamp reads three times. CUDA calls take no mrope
+        // (runtime/src/validate.cpp).
+        const Expr last_stream = positions_->dim(2).extent() - 1;
+        auto stream_position = [&](int stream) { return position_(v.seq, v.batch, min(stream, last_stream)); };
+        const Expr position = get_target().has_gpu_feature()
+                                  ? stream_position(0)
+                                  : select(v.pair < *mrope_end0_, stream_position(0), v.pair < *mrope_end1_,
+                                           stream_position(1), stream_position(2));
         // compat: the f32 angle transformers computes; precise: the angle in f64.
         const Expr inv_freq = inv_freq_(v.pair, inv_freq_row(v.batch));
         const Expr angle = source == Source::Compat ? cast<double>(cast<float>(position) * inv_freq)

@@ -34,6 +34,11 @@ void schedule_tokens(Stage stage, const LayoutSchedule &layout, bool batch_inner
     stage.fuse(tile, outer_axis, task).parallel(task);
 }
 
+// The interleaved style's output is (half, pair, ...): a pair's two lanes are neighbours.
+bool stores_interleaved(const Halide::Func &rotated) {
+    return rotated.args()[0].name() == RopeVars().half.name();
+}
+
 }  // namespace
 
 void schedule_shared_cos_sin(Halide::Func cos_sin, const RopeSchedule &schedule) {
@@ -60,11 +65,19 @@ void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, con
 
     // Pairs: a block of `block` pairs is rotated into registers (rotated_pairs) before either of
     // its lanes is stored, which keeps in-place calls correct; half is unrolled so each store is
-    // a dense vector (half style) or an interleaving store (interleaved style).
+    // a dense vector (half style) or an interleaving store (interleaved style). The half style
+    // stores the block's first lanes, then its second lanes: each run of stores is contiguous
+    // (alternating between the two halves of a head, P lanes apart, took up to 1.25x longer on
+    // Zen 4, most at head_dim 256 and in decode).
     Halide::Func &out = funcs.rotated;
     out.split(v.pair, pair_block, v.pair, block, kTail)
         .split(v.pair, pair_vector, pair_lane, lanes, kTail);
-    out.reorder(pair_lane, v.half, pair_vector, pair_block).vectorize(pair_lane).unroll(v.half).unroll(pair_vector);
+    if (stores_interleaved(out)) {
+        out.reorder(pair_lane, v.half, pair_vector, pair_block);
+    } else {
+        out.reorder(pair_lane, pair_vector, v.half, pair_block);
+    }
+    out.vectorize(pair_lane).unroll(v.half).unroll(pair_vector);
 
     funcs.rotated_pairs.compute_at(out, pair_block)
         .split(v.pair, pair_vector, pair_lane, lanes, kTail)
@@ -120,7 +133,7 @@ void apply_gpu_schedule(std::vector<RotatedTensorFuncs> &tensors, Halide::Func c
     Halide::Func &first = tensors.front().rotated;
     for (RotatedTensorFuncs &funcs : tensors) {
         Halide::Func &out = funcs.rotated;
-        const bool interleaved = out.args()[0].name() == v.half.name();
+        const bool interleaved = stores_interleaved(out);
         out.split(v.pair, pair_thread, pair_lane, lanes, kTail);
         if (fixed_pairs == 0) {
             out.split(pair_thread, pair_tile, pair_thread, pair_threads, kTail);

@@ -65,17 +65,14 @@ void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, con
 
     // Pairs: a block of `block` pairs is rotated into registers (rotated_pairs) before either of
     // its lanes is stored, which keeps in-place calls correct; half is unrolled so each store is
-    // a dense vector (half style) or an interleaving store (interleaved style). The half style
-    // stores the block's first lanes, then its second lanes: each run of stores is contiguous
-    // (alternating between the two halves of a head, P lanes apart, took up to 1.25x longer on
-    // Zen 4, most at head_dim 256 and in decode).
+    // a dense vector (half style) or an interleaving store (interleaved style).
     Halide::Func &out = funcs.rotated;
     out.split(v.pair, pair_block, v.pair, block, kTail)
         .split(v.pair, pair_vector, pair_lane, lanes, kTail);
-    if (stores_interleaved(out)) {
-        out.reorder(pair_lane, v.half, pair_vector, pair_block);
-    } else {
+    if (schedule.lanes_stored_by_half && !stores_interleaved(out)) {
         out.reorder(pair_lane, pair_vector, v.half, pair_block);
+    } else {
+        out.reorder(pair_lane, v.half, pair_vector, pair_block);
     }
     out.vectorize(pair_lane).unroll(v.half).unroll(pair_vector);
 

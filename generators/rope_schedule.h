@@ -38,6 +38,9 @@ struct RopeSchedule {
     int unroll_pairs;       ///< pair vectors unrolled per loop iteration
     CosSinAt cos_sin_at;
     LayoutSchedule bshd, bhsd, sbhd, strided;
+    /// Half style: store a pair block's first lanes, then its second lanes (contiguous runs of
+    /// stores), rather than the two lanes of each pair vector in turn.
+    bool lanes_stored_by_half;
 };
 
 /// The Funcs of one rotated tensor that the schedule places.

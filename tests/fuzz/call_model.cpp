@@ -351,10 +351,14 @@ Verdict judge_validity(const FuzzCall &call) {
     const rope_params &p = call.params();
     // A struct of another size or version is not read any further.
     rules.require(p.abi_version == ROPE_ABI_VERSION, ROPE_ERR_ABI_MISMATCH, "abi_version=", p.abi_version);
-    // Two layouts: today's, and the first (fields up to num_threads, padded to 8 bytes).
-    const size_t first_layout = (offsetof(rope_params, device) + 7) / 8 * 8;
-    rules.require(p.struct_size == sizeof(rope_params) || p.struct_size == first_layout, ROPE_ERR_ABI_MISMATCH,
-                  "struct_size=", p.struct_size);
+    // Three layouts: today's, the first (fields up to num_threads) and the second (up to
+    // stream), each padded to 8 bytes. The fields an earlier layout lacks read as zero
+    // (FuzzCall::params() holds what the caller's struct_size covers).
+    auto padded = [](size_t bytes) { return (bytes + 7) / 8 * 8; };
+    const bool known_layout = p.struct_size == sizeof(rope_params) ||
+                              p.struct_size == padded(offsetof(rope_params, device)) ||
+                              p.struct_size == padded(offsetof(rope_params, scaling));
+    rules.require(known_layout, ROPE_ERR_ABI_MISMATCH, "struct_size=", p.struct_size);
     if (!verdict.valid()) {
         return verdict;
     }

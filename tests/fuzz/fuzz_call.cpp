@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -792,6 +793,10 @@ void FuzzCall::build_structs(const Recipe &) {
         params_buffer_ = GuardedBytes(static_cast<size_t>(size), 0, GuardedBytes::Flush::End);
         std::memcpy(params_buffer_.data(), &params_, std::min<size_t>(size, sizeof(rope_params)));
         params_before_.assign(params_buffer_.begin(), params_buffer_.end());
+        // params() is what the guarded copy holds: an earlier layout's caller has no later fields.
+        if (static_cast<size_t>(size) < sizeof(rope_params)) {
+            std::memset(reinterpret_cast<std::byte *>(&params_) + size, 0, sizeof(rope_params) - size);
+        }
     }
     if (null_target_ != NullTarget::Report) {
         const int64_t size = ceil_to_multiple(std::clamp<int64_t>(report_size_, 4, sizeof(rope_report) + 64), 4);

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "internal/kernel_table.h"
 #include "internal/runtime_state.h"
 
 namespace ropegen {
@@ -158,7 +159,7 @@ std::vector<MemoryRange> memory_ranges(const ValidCall &call) {
     if (p.angles.source == ROPE_SOURCE_CACHE) {
         const int64_t pairs = call.rotary_dim / 2;
         const int64_t row_stride = p.angles.cache_row_stride != 0 ? p.angles.cache_row_stride : pairs;
-        const int64_t element = p.angles.cache_dtype == ROPE_DTYPE_F32 ? 4 : 2;
+        const auto element = static_cast<int64_t>(dtype_bytes(p.angles.cache_dtype));
         const int64_t bytes = ((p.angles.cache_len - 1) * row_stride + pairs) * element;
         for (const auto &[name, table] : {std::pair{"angles.cos_cache", p.angles.cos_cache}, std::pair{"angles.sin_cache", p.angles.sin_cache}}) {
             const auto first = reinterpret_cast<uintptr_t>(table);

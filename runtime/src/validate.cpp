@@ -4,6 +4,7 @@
 #include "internal/validate.h"
 
 #include "internal/enum_value.h"
+#include "internal/kernel_table.h"
 
 #include <algorithm>
 #include <cmath>
@@ -63,10 +64,6 @@ private:
     rope_status status_ = ROPE_OK;
 };
 
-size_t dtype_size(rope_dtype dtype) {
-    return dtype == ROPE_DTYPE_F32 ? 4 : 2;
-}
-
 bool multiply_overflows(int64_t a, int64_t b, int64_t *product) {
     return __builtin_mul_overflow(a, b, product);
 }
@@ -112,7 +109,7 @@ bool disjoint(const rope_tensor &a, const rope_tensor &b) {
     if (ra.empty || rb.empty || ra.last < rb.first || rb.last < ra.first) {
         return true;
     }
-    const int64_t element = static_cast<int64_t>(dtype_size(a.dtype));
+    const int64_t element = static_cast<int64_t>(dtype_bytes(a.dtype));
     const intptr_t byte_delta = reinterpret_cast<intptr_t>(b.data) - reinterpret_cast<intptr_t>(a.data);
     const bool same_tokens = a.sizes[0] == b.sizes[0] && a.sizes[1] == b.sizes[1] &&
                              (a.sizes[0] == 1 || a.strides[0] == b.strides[0]) && (a.sizes[1] == 1 || a.strides[1] == b.strides[1]);
@@ -180,7 +177,7 @@ void check_tensor(Failure &f, const char *name, const rope_tensor &t) {
     }
     int64_t bytes = 0;
     if (span == std::numeric_limits<int64_t>::max() ||
-        multiply_overflows(span + 1, static_cast<int64_t>(dtype_size(t.dtype)), &bytes)) {
+        multiply_overflows(span + 1, static_cast<int64_t>(dtype_bytes(t.dtype)), &bytes)) {
         f.fail(ROPE_ERR_SIZE_OVERFLOW) << name << ": the byte span of the view overflows 64 bits";
         return;
     }
@@ -464,7 +461,7 @@ ByteRange byte_range(const rope_tensor &t) {
         span += (t.sizes[axis] - 1) * t.strides[axis];  // validated not to overflow
     }
     const auto first = reinterpret_cast<uintptr_t>(t.data);
-    return {first, first + static_cast<uintptr_t>((span + 1) * dtype_size(t.dtype)) - 1, false};
+    return {first, first + static_cast<uintptr_t>((span + 1) * dtype_bytes(t.dtype)) - 1, false};
 }
 
 rope_status validate(const rope_params *user, ValidCall *call, std::string *message) {
@@ -642,13 +639,13 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
         }
         int64_t table_elements = 0;
         if (multiply_overflows(a.cache_len, row_stride, &table_elements) ||
-            multiply_overflows(table_elements, static_cast<int64_t>(dtype_size(a.cache_dtype)), &table_elements)) {
+            multiply_overflows(table_elements, static_cast<int64_t>(dtype_bytes(a.cache_dtype)), &table_elements)) {
             f.fail(ROPE_ERR_SIZE_OVERFLOW) << "angles.cache_len=" << a.cache_len << " x row stride " << row_stride
                                            << " elements overflows 64 bits";
             return f.finish();
         }
         // CUDA kernels index the tables with 32 bits.
-        if (on_device && table_elements / static_cast<int64_t>(dtype_size(a.cache_dtype)) > kMaxPosition) {
+        if (on_device && table_elements / static_cast<int64_t>(dtype_bytes(a.cache_dtype)) > kMaxPosition) {
             f.fail(ROPE_ERR_UNSUPPORTED) << "angles.cache_len=" << a.cache_len << " x row stride " << row_stride
                                          << " elements: with device=ROPE_DEVICE_CUDA a cos/sin table must hold fewer than 2^31 elements";
             return f.finish();

@@ -57,6 +57,7 @@ public:
     GeneratorParam<int> vector_pairs{"vector_pairs", 8, 1, 64};
     GeneratorParam<int> unroll_pairs{"unroll_pairs", 1, 1, 16};
     GeneratorParam<CosSinAt> cos_sin_at{"cos_sin_at", CosSinAt::Task, {{"task", CosSinAt::Task}, {"inline", CosSinAt::Inline}, {"root", CosSinAt::Root}}};
+    GeneratorParam<StoreOrder> store_order{"store_order", StoreOrder::PairVectors, {{"pair_vectors", StoreOrder::PairVectors}, {"halves", StoreOrder::Halves}}};
     LayoutParams bshd{"bshd", HeadLoop::InsideTokens};
     LayoutParams bhsd{"bhsd", HeadLoop::OutsideTokens};
     LayoutParams sbhd{"sbhd", HeadLoop::InsideTokens};
@@ -181,13 +182,8 @@ private:
         }
         // Computed angles are never inlined: that would evaluate sin/cos once per head.
         const CosSinAt angles_at = source != Source::Cache && cos_sin_at == CosSinAt::Inline ? CosSinAt::Task : cos_sin_at;
-        // x86 stores the half style's lanes by half: alternating between the two halves of a
-        // head (P lanes apart) took up to 1.25x longer on Zen 4, most at head_dim 256 and in
-        // decode. NEON keeps alternating: holding a block's second lanes until the first are
-        // stored spills its 32 registers (neon.HotLoopAudit).
-        const bool lanes_stored_by_half = get_target().arch == Target::X86;
-        const RopeSchedule knobs{vector_pairs, unroll_pairs, angles_at, bshd.value(), bhsd.value(), sbhd.value(),
-                                 strided.value(), lanes_stored_by_half};
+        const RopeSchedule knobs{vector_pairs, unroll_pairs, angles_at, store_order, bshd.value(), bhsd.value(),
+                                 sbhd.value(), strided.value()};
         schedule_shared_cos_sin(cos_sin_, knobs);
         for (RotatedTensorFuncs &funcs : tensors_) {
             apply_schedule(funcs, knobs, has_narrow_tables() ? Expr(*narrow_tables_) : Expr());

@@ -69,7 +69,7 @@ void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, con
     Halide::Func &out = funcs.rotated;
     out.split(v.pair, pair_block, v.pair, block, kTail)
         .split(v.pair, pair_vector, pair_lane, lanes, kTail);
-    if (schedule.lanes_stored_by_half && !stores_interleaved(out)) {
+    if (schedule.store_order == StoreOrder::Halves && !stores_interleaved(out)) {
         out.reorder(pair_lane, pair_vector, v.half, pair_block);
     } else {
         out.reorder(pair_lane, v.half, pair_vector, pair_block);

@@ -23,6 +23,12 @@ struct RopeVars {
 /// inline where used, or once per call for q and k together (a table of every token).
 enum class CosSinAt { Task, Inline, Root };
 
+/// The order in which the half style stores a pair block's lanes: each pair vector's first and
+/// second lanes in turn (two streams P lanes apart, interleaved), or all of the block's first
+/// lanes, then all of its second lanes (runs of contiguous stores). The interleaved style stores
+/// a pair's lanes together whatever this says.
+enum class StoreOrder { PairVectors, Halves };
+
 /// Where a tensor layout's loop nest puts the head loop relative to the inner token loop.
 enum class HeadLoop { InsideTokens, OutsideTokens };
 
@@ -37,10 +43,8 @@ struct RopeSchedule {
     int vector_pairs;       ///< rotation pairs per vector (the vector width in f32 lanes)
     int unroll_pairs;       ///< pair vectors unrolled per loop iteration
     CosSinAt cos_sin_at;
+    StoreOrder store_order;
     LayoutSchedule bshd, bhsd, sbhd, strided;
-    /// Half style: store a pair block's first lanes, then its second lanes (contiguous runs of
-    /// stores), rather than the two lanes of each pair vector in turn.
-    bool lanes_stored_by_half;
 };
 
 /// The Funcs of one rotated tensor that the schedule places.

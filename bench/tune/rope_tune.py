@@ -13,9 +13,10 @@ layout, interleaved with the other candidates and a memcpy of the same bytes. AO
 JIT: a JIT pipeline would not be the kernel the library links, called the way it calls it.
 
 Search, per key (staged, so a budget of minutes finds what the full sweep finds):
-  1. core knobs (vector_pairs, unroll_pairs, cos_sin_at) with the default layout knobs, pruned by
-     a cost model (vectors of half to twice the ISA's width, no block wider than a head, no
-     `inline` for computed sources, where it means `task`), then successive halving: every
+  1. core knobs (vector_pairs, unroll_pairs, cos_sin_at, store_order) with the default layout
+     knobs, pruned by a cost model (vectors of half to twice the ISA's width, no block wider than a
+     head, no `inline` for computed sources, where it means `task`, one store order for the
+     interleaved style, whose stores do not depend on it), then successive halving: every
      candidate a few repetitions, the best third again with more;
   2. the layout knobs (tokens_per_task, head_loop) with the best core, every layout group at
      once (each candidate sets all four groups alike, each group is judged on its own shapes);
@@ -60,14 +61,15 @@ CORE_SPACE = {
     "vector_pairs": (4, 8, 16, 32, 64),
     "unroll_pairs": (1, 2, 4),
     "cos_sin_at": rk.COS_SIN_AT,
+    "store_order": rk.STORE_ORDERS,
 }
 LAYOUT_SPACE = {
     "tokens_per_task": (1, 2, 4, 8, 16, 32, 64),
     "head_loop": rk.HEAD_LOOPS,
 }
 # The knobs a timing can judge, and those llvm-mca's model of the hot loop can.
-MEASURED_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "layouts")
-MODELLED_KNOBS = ("vector_pairs", "unroll_pairs")
+MEASURED_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "store_order", "layouts")
+MODELLED_KNOBS = ("vector_pairs", "unroll_pairs", "store_order")
 # f32 lanes of one vector register of each ISA: the unit the cost model prunes vector_pairs by.
 VECTOR_F32_LANES = {"avx512": 16, "avx2": 8, "sse41": 4, "neon_fp16": 4, "neon": 4}
 # The head_dim the any-head_dim kernel is timed at (the harness's kAnyHeadDim).
@@ -134,22 +136,23 @@ def core_candidates(key, isa, default, judges=MEASURED_KNOBS):
     lanes = VECTOR_F32_LANES[isa]
     head_pairs = (key["head_dim"] or ANY_HEAD_DIM) // 2
     result = []
-    for vector_pairs, unroll_pairs, cos_sin_at in itertools.product(*CORE_SPACE.values()):
-        if not lanes // 2 <= vector_pairs <= 2 * lanes:
+    for values in itertools.product(*CORE_SPACE.values()):
+        core = dict(zip(CORE_SPACE, values))
+        if not lanes // 2 <= core["vector_pairs"] <= 2 * lanes:
             continue  # narrower: half-empty registers; wider: more registers than work per block
-        if vector_pairs * unroll_pairs > head_pairs:
+        if core["vector_pairs"] * core["unroll_pairs"] > head_pairs:
             continue  # a block wider than a head's pairs is all tail
-        if cos_sin_at == "inline" and key["source"] != "cache":
+        if core["cos_sin_at"] == "inline" and key["source"] != "cache":
             continue  # computed sources build a table anyway: `inline` means `task` for them
+        if key["style"] == "interleaved" and core["store_order"] != default["store_order"]:
+            continue  # the interleaved style stores a pair's lanes together: the order means nothing
         try:
-            rk.check_cos_sin_placement("", key, {"cos_sin_at": cos_sin_at})
+            rk.check_cos_sin_placement("", key, core)
         except rk.ScheduleError:
             continue  # a placement the library does not allow for this key
-        if any(knob not in judges and value != default[knob]
-               for knob, value in (("vector_pairs", vector_pairs), ("unroll_pairs", unroll_pairs),
-                                   ("cos_sin_at", cos_sin_at))):
+        if any(knob not in judges and value != default[knob] for knob, value in core.items()):
             continue
-        result.append({"vector_pairs": vector_pairs, "unroll_pairs": unroll_pairs, "cos_sin_at": cos_sin_at})
+        result.append(core)
     return result
 
 

@@ -29,7 +29,7 @@ class Landscape:
     """Synthetic timings: a candidate's speed on a shape is a product of one factor per knob, the
     layout knobs counting only on their own group's shapes, so the best schedule is known."""
 
-    BEST_CORE = {"vector_pairs": 32, "unroll_pairs": 2, "cos_sin_at": "inline"}
+    BEST_CORE = {"vector_pairs": 32, "unroll_pairs": 2, "cos_sin_at": "inline", "store_order": "pair_vectors"}
     BEST_LAYOUT = {"bshd": (4, "inside_tokens"), "bhsd": (32, "outside_tokens"), "sbhd": (2, "inside_tokens"),
                    "strided": (1, "outside_tokens")}
 
@@ -135,7 +135,7 @@ class SearchTest(unittest.TestCase):
         self.assertNotIn("layout knobs", [stage for _, _, stage in landscape.calls])
         self.assertEqual(tuned["cos_sin_at"], default["cos_sin_at"])
         self.assertEqual(tuned["layouts"], default["layouts"])
-        self.assertEqual((tuned["vector_pairs"], tuned["unroll_pairs"]), (32, 2))
+        self.assertEqual((tuned["vector_pairs"], tuned["unroll_pairs"], tuned["store_order"]), (32, 2, "pair_vectors"))
 
     def test_cost_model_pruning(self):
         default = default_params()
@@ -146,6 +146,11 @@ class SearchTest(unittest.TestCase):
         computed = rt.core_candidates({**KEY, "source": "compat"}, ISA, default)
         self.assertEqual({c["cos_sin_at"] for c in computed}, {"root"})
         self.assertEqual({c["cos_sin_at"] for c in cores}, {"inline"})
+        # Store order: both for the half style; the interleaved style's stores do not depend on it.
+        self.assertEqual({c["store_order"] for c in cores}, set(rk.STORE_ORDERS))
+        interleaved = rt.core_candidates({**KEY, "style": "interleaved"}, ISA, default)
+        self.assertEqual({c["store_order"] for c in interleaved}, {default["store_order"]})
+        self.assertEqual(len(interleaved) * 2, len(cores))
         small = rt.core_candidates({**KEY, "head_dim": 64}, "sse41", default)
         self.assertTrue(all(2 <= c["vector_pairs"] <= 8 and c["vector_pairs"] * c["unroll_pairs"] <= 32 for c in small))
 

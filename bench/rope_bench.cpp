@@ -10,6 +10,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -229,6 +230,22 @@ void run_parts(int parts, Task &&task) {
     }
 }
 
+// ropegen's parallel loops run on the same pool, through the engine runner API
+// (rope_set_parallel_runner), as an engine runs them: kernels and baselines pay the same wake-up,
+// and a small call (a decode step) may use every thread, which the library's own pool, whose
+// workers sleep, does not do below 4 MiB.
+int run_on_pool(void *, int (*task)(void *task_context, int index), void *task_context, int count) {
+    std::atomic<int> first_error{0};
+    auto part = [&](int index) {
+        if (const int result = task(task_context, index)) {
+            int expected = 0;
+            first_error.compare_exchange_strong(expected, result);
+        }
+    };
+    pool().run(count, part);
+    return first_error.load();
+}
+
 // The memcpy baseline: q -> q_out and k -> k_out, each split evenly over the threads.
 void memcpy_qk(const Workspace &ws, int threads) {
     run_parts(threads, [&](int part) {
@@ -323,7 +340,7 @@ rope_params params_for(const Workspace &ws, const Case &c) {
     params.angles.cos_cache = ws.cos.data();
     params.angles.sin_cache = ws.sin.data();
     params.angles.cache_len = ws.cache_len;
-    // 1: the calling thread only; 0: the library's pool (g_all_threads threads).
+    // 1: the calling thread only; 0: g_all_threads threads, on pool() (run_on_pool).
     params.num_threads = c.threads == 1 ? 1 : 0;
     return params;
 }
@@ -658,6 +675,7 @@ int main(int argc, char **argv) {
     if (rope_set_num_threads(g_all_threads) != ROPE_OK) {
         return 1;
     }
+    rope_set_parallel_runner(run_on_pool, nullptr);
     add_context(argc, argv);  // before Initialize() strips the --benchmark flags from argv
     register_all();
     benchmark::Initialize(&argc, argv);

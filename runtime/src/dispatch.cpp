@@ -20,9 +20,10 @@ namespace ropegen {
 namespace {
 
 constexpr int64_t kMaxStride = std::numeric_limits<int32_t>::max();
-// Calls moving fewer bytes run on the calling thread: waking the pool costs more than it saves
-// (measured on a 2-vCPU Zen 4 VM: batch-64 decode, 2.5 MiB, takes 34 us on one thread and 58 us
-// on two; a 4096-token prefill, 80-160 MiB, gains from the second).
+// On the library's pool, calls moving fewer bytes run on the calling thread: its workers sleep
+// between calls, and waking them costs more than it saves (measured on a 2-vCPU Zen 4 VM:
+// batch-64 decode, 2.5 MiB, takes 34 us on one thread and 58 us on two; a 4096-token prefill,
+// 80-160 MiB, gains from the second).
 constexpr int64_t kSerialCallBytes = int64_t{4} << 20;
 
 halide_type_t halide_type(rope_dtype dtype) {
@@ -251,6 +252,20 @@ std::string failure_message(const CallContext &context, const KernelEntry &kerne
     }
 }
 
+// The threads a CPU call may use (CallContext::num_threads; 1 = the calling thread). A small call
+// asked to use the library's pool runs on the caller's (kSerialCallBytes). An engine's runner
+// gets every call that may use more than one thread, small ones included: how much waking its
+// pool costs is the engine's to judge (num_threads = 1 keeps a call on the calling thread).
+int call_threads(const ValidCall &call) {
+    const rope_params &p = call.params;
+    if (p.num_threads != 0 || engine_runner_set()) {
+        return p.num_threads;
+    }
+    const int64_t bytes_moved = 2 * (p.q.sizes[0] * p.q.sizes[1]) * (p.q.sizes[2] + (call.has_k ? p.k.sizes[2] : 0)) *
+                                call.head_dim * static_cast<int64_t>(dtype_bytes(p.q.dtype));
+    return bytes_moved < kSerialCallBytes ? 1 : 0;
+}
+
 // Runs `kernel` over every slice of the call, on the CPU or, for a CUDA kernel, enqueued on the
 // stream of `cuda` (a CUDA call returns once its launches are enqueued).
 rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarget &cuda, rope_report *report) {
@@ -342,10 +357,7 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
     Buffer short_factor = scaling_table(sc.short_factor, ROPE_SCALING_LONGROPE);
     Buffer long_factor = scaling_table(sc.long_factor, ROPE_SCALING_LONGROPE);
     Buffer given_inv_freq = scaling_table(sc.inv_freq, ROPE_SCALING_INV_FREQ);
-    // A CPU call this small finishes before a second thread would wake: run it on the caller's.
-    const int64_t bytes_moved = 2 * (p.q.sizes[0] * p.q.sizes[1]) * (p.q.sizes[2] + (call.has_k ? p.k.sizes[2] : 0)) *
-                                call.head_dim * static_cast<int64_t>(halide_type(p.q.dtype).bytes());
-    CallContext context(report, p.num_threads == 0 && bytes_moved < kSerialCallBytes ? 1 : p.num_threads);
+    CallContext context(report, call_threads(call));
     context.cuda_context = cuda.context;
     context.cuda_stream = cuda.stream;
     // A kernel measures a sequence's length on the tokens it is given (spec §6).
@@ -475,33 +487,41 @@ rope_status run_varlen(const KernelEntry &kernel, const ValidCall &call, const C
     return finish(report, ROPE_OK, "");
 }
 
-// A CPU decode step, a batch of one-token sequences ([B, 1]), as one sequence of B tokens
-// ([1, B]) over the same memory, with each token's position: the kernels split their work into
-// tasks along the sequence, where B one-token sequences would make B task tails (about 1.5x
-// slower at B >= 64). Not when the frequencies depend on the batch item (per-sequence scaling)
-// or positions come in mrope streams. `scalar_position` holds a scalar offset for the folded
-// call's position table and must outlive it.
-bool fold_decode_batch(ValidCall *call, int64_t *scalar_position) {
+// A CPU decode step, a batch of B one-token sequences ([B, 1]), as `parts` sequences of B/parts
+// tokens ([parts, B/parts]) over the same memory, with each token's position: the kernels split
+// their work into tasks along the sequence, where B one-token sequences would make B task tails
+// (about 1.5x slower at B >= 64), and one sequence of a small batch would be one task. `parts`
+// is the largest divisor of B not above the threads the call may use (`threads`, as call_threads
+// gives it: 0 is the library's count). Not when the frequencies depend on the batch item
+// (per-sequence scaling) or positions come in mrope streams. `scalar_position` holds a scalar
+// offset for the folded call's position table and must outlive it.
+bool fold_decode_batch(ValidCall *call, int threads, int64_t *scalar_position) {
     rope_params &p = call->params;
-    if (p.device != ROPE_DEVICE_CPU || p.varlen.cu_seqlens != nullptr || p.q.sizes[1] != 1 || p.q.sizes[0] < 2 ||
+    const int64_t batch = p.q.sizes[0];
+    if (p.device != ROPE_DEVICE_CPU || p.varlen.cu_seqlens != nullptr || p.q.sizes[1] != 1 || batch < 2 ||
         per_sequence_scaling(p) || uses_mrope(p)) {
         return false;
     }
+    int64_t parts = std::clamp<int64_t>(threads == 0 ? library_threads() : threads, 1, batch);
+    while (batch % parts != 0) {
+        parts--;
+    }
+    const int64_t tokens = batch / parts;
     for (rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
         if (t->data == nullptr) {
             continue;  // no k
         }
-        t->sizes[1] = t->sizes[0], t->sizes[0] = 1;
-        t->strides[1] = t->strides[0];
+        t->sizes[0] = parts, t->sizes[1] = tokens;
+        t->strides[1] = t->strides[0], t->strides[0] *= tokens;
     }
     rope_positions &pos = p.positions;
     if (pos.kind == ROPE_POSITIONS_OFFSET && pos.data == nullptr) {  // every token at the scalar offset
         *scalar_position = pos.offset;
         pos.data = scalar_position, pos.index_type = ROPE_INDEX_INT64, pos.strides[0] = 0;
     }
-    // A table's [b][0], or OFFSET's offset[b] (+ s = 0): both become [0][b].
+    // A table's [b][0], or OFFSET's offset[b] (+ s = 0): both become [b / tokens][b % tokens].
     pos.kind = ROPE_POSITIONS_TABLE;
-    pos.strides[1] = pos.strides[0];
+    pos.strides[1] = pos.strides[0], pos.strides[0] *= tokens;
     return true;
 }
 
@@ -512,7 +532,8 @@ rope_status run_call(const KernelEntry &kernel, const ValidCall &call, const Cud
     }
     ValidCall folded = call;
     int64_t scalar_position = 0;
-    return run(kernel, fold_decode_batch(&folded, &scalar_position) ? folded : call, cuda, report);
+    const bool fold = fold_decode_batch(&folded, call_threads(call), &scalar_position);
+    return run(kernel, fold ? folded : call, cuda, report);
 }
 
 // Where the call runs: the capped CPU level, or the CUDA device of the call's context and stream.

@@ -274,6 +274,15 @@ int do_par_for(void *user_context, halide_task_t task, int min, int extent, uint
 
 }  // namespace
 
+bool engine_runner_set() {
+    return g_runner.get().run != nullptr;
+}
+
+int library_threads() {
+    const tsan::PoolScope in_pool;  // takes the pool's lock
+    return halide_get_num_threads();
+}
+
 CallContext::~CallContext() {
     if (scratch_ != nullptr) {
         g_next_free(this, scratch_);

@@ -189,24 +189,39 @@ TEST(KernelChoice, FixedKernelServesHeadDim128) {
     EXPECT_TRUE(call.check_outputs());
 }
 
-// A decode batch ([B, 1]) runs as one sequence of B tokens (dispatch.cpp, fold_decode_batch):
-// for every way of giving positions, layout, with and without k, the results are the oracle's
-// and the bits of calling the batch items one by one.
+// A decode batch ([B, 1]) runs as one sequence of B tokens per thread the call may use
+// (dispatch.cpp, fold_decode_batch): for every way of giving positions, layout, with and without
+// k, batch sizes with and without a divisor per thread count, the results are the oracle's and
+// the bits of calling the batch items one by one.
 TEST(DecodeBatch, FoldedCallGivesTheBitsOfOneCallPerItem) {
     const std::pair<PositionMode, const char *> modes[] = {{PositionMode::ScalarOffset, "scalar offset"},
                                                            {PositionMode::BatchOffsets, "batch offsets"},
                                                            {PositionMode::Table, "table"}};
+    // Parts: 1 (7 at 3 threads; 0 threads: a call this small runs on the calling thread), 3 and 4
+    // (12 at 3 and 4 threads).
+    struct Split {
+        rope_source source;
+        int64_t batch;
+        int32_t threads;
+    };
+    const Split splits[] = {{ROPE_SOURCE_CACHE, 7, 3},
+                            {ROPE_SOURCE_CACHE, 12, 0},
+                            {ROPE_SOURCE_CACHE, 12, 4},
+                            {ROPE_SOURCE_COMPAT, 12, 3},
+                            {ROPE_SOURCE_COMPAT, 7, 1}};
     for (const auto &[mode, mode_name] : modes) {
         for (const Layout layout : {Layout::BSHD, Layout::BHSD, Layout::SBHD}) {
             for (const int64_t k_heads : {int64_t{0}, int64_t{2}}) {
-                for (const rope_source source : {ROPE_SOURCE_CACHE, ROPE_SOURCE_COMPAT}) {
+                for (const Split &split : splits) {
                     CaseSpec c;
-                    c.batch = 7, c.seq = 1, c.q_heads = 4, c.k_heads = k_heads, c.head_dim = 128;
-                    c.layout = layout, c.source = source, c.dtype = ROPE_DTYPE_BF16;
+                    c.batch = split.batch, c.seq = 1, c.q_heads = 4, c.k_heads = k_heads, c.head_dim = 128;
+                    c.layout = layout, c.source = split.source, c.dtype = ROPE_DTYPE_BF16;
+                    c.num_threads = split.threads;
                     c.positions = random_table(c, 0, 5000, ROPE_INDEX_INT64, 11);
                     c.positions.mode = mode;
                     c.positions.scalar_offset = 4093;
-                    SCOPED_TRACE(std::string(mode_name) + ", " + c.describe());
+                    SCOPED_TRACE(std::string(mode_name) + ", num_threads " + std::to_string(c.num_threads) + ", " +
+                                 c.describe());
                     ROPEGEN_SKIP_UNLESS_BUILT(c.style, c.source, c.dtype, c.head_dim);
                     RopeCall whole(c), items(c);
                     ASSERT_EQ(whole.run(dispatch_runner()), ROPE_OK) << whole.report().message;
@@ -373,6 +388,34 @@ TEST_F(ThreadingTest, EngineParallelRunnerIsUsed) {
     rope_set_parallel_runner(nullptr, nullptr);
     expect_same_result(0);
     EXPECT_EQ(pool.loops.load(), loops);
+}
+
+// With an engine's runner a decode step goes to the engine's pool however small, in a part per
+// thread of the library's count (dispatch.cpp: call_threads, fold_decode_batch), and gives the
+// bits of a call on the calling thread.
+TEST(DecodeBatch, SmallCallRunsOnTheEnginesPoolInParts) {
+    CaseSpec c;
+    c.batch = 8, c.seq = 1, c.q_heads = 4, c.k_heads = 2, c.head_dim = 128;
+    c.positions = random_table(c, 0, 5000, ROPE_INDEX_INT32, 5);
+    c.positions.mode = PositionMode::BatchOffsets;
+    ROPEGEN_SKIP_UNLESS_BUILT(c.style, c.source, c.dtype, c.head_dim);
+    c.num_threads = 1;
+    RopeCall serial(c);
+    ASSERT_EQ(serial.run(dispatch_runner()), ROPE_OK) << serial.report().message;
+    c.num_threads = 0;
+    RopeCall engine(c);
+    CountingPool pool;
+    ASSERT_EQ(rope_set_num_threads(2), ROPE_OK);
+    rope_set_parallel_runner(&CountingPool::run, &pool);
+    const rope_status status = engine.run(dispatch_runner());
+    rope_set_parallel_runner(nullptr, nullptr);
+    ASSERT_EQ(rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))), ROPE_OK);
+    ASSERT_EQ(status, ROPE_OK) << engine.report().message;
+    EXPECT_GT(pool.loops.load(), 0) << "a small call should reach the engine's pool";
+    EXPECT_GE(pool.tasks.load(), 2 * pool.loops.load()) << "a batch of 8 at 2 threads should make 2 tasks per loop";
+    EXPECT_TRUE(same_bits(engine.q_out, serial.q_out));
+    EXPECT_TRUE(same_bits(engine.k_out, serial.k_out));
+    EXPECT_TRUE(engine.check_outputs());
 }
 
 // A task failure reported by the engine's runner becomes the call's status, not a crash.

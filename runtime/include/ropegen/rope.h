@@ -384,8 +384,9 @@ typedef int (*rope_parallel_for_fn)(void *pool, int (*task)(void *task_context, 
 
 /**
  * Runs the kernels' parallel loops on an engine's pool instead of the library's: `run(pool, ...)`
- * is called for every parallel loop of a call that may use more than one thread (calls moving
- * less than 4 MiB, and calls with num_threads == 1, run on the calling thread). NULL restores
+ * is called for every parallel loop of a call that may use more than one thread, however small
+ * (calls with num_threads == 1 run on the calling thread; without a runner, so do calls with
+ * num_threads == 0 that move less than 4 MiB, as the library's workers sleep). NULL restores
  * the library's pool. It may be changed while calls run (each loop uses one whole pair). A
  * non-zero result from `run` makes the call return ROPE_ERR_INTERNAL and skips every later loop
  * of the call; the outputs may then be partly written (untouched if `run` ran no task).

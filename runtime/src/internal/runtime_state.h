@@ -76,6 +76,13 @@ size_t scratch_slot_bytes(size_t bytes);
 /// and the Halide hooks (error handler, allocator, parallel loop). Every public entry point calls it.
 void ensure_initialized();
 
+/// Whether an engine's parallel runner is installed (rope_set_parallel_runner).
+bool engine_runner_set();
+
+/// The library's thread count: what a call with num_threads = 0 may use (rope_set_num_threads,
+/// ROPE_NUM_THREADS, else Halide's default, the CPU count).
+int library_threads();
+
 /// The best level of this architecture the CPU supports, or ROPE_ISA_NONE below the baseline
 /// (isa_<arch>.cpp; uncached: detected_isa() caches it).
 rope_isa detect_isa();

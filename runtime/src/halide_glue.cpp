@@ -183,8 +183,8 @@ private:
 };
 RunnerSlot g_runner;
 
-// A parallel loop spread over exactly `workers` tasks of the library's pool: task w runs the
-// iterations w, w + workers, ...
+// A parallel loop spread over exactly `workers` tasks (of the library's pool or an engine's):
+// task w runs the iterations w, w + workers, ...
 struct StridedLoop {
     halide_task_t task;
     int min, extent, workers;
@@ -245,6 +245,13 @@ int run_par_for(CallContext *call, void *user_context, halide_task_t task, int m
         return 0;
     }
     if (const ParallelRunner runner = g_runner.get(); runner.run != nullptr) {
+        // A call capped at `threads` hands over that many tasks, so it runs on at most as many
+        // of the engine's threads.
+        if (threads > 1 && threads < extent) {
+            StridedLoop strided{task, min, extent, threads, closure};
+            EngineLoop loop{run_strided, user_context, 0, reinterpret_cast<uint8_t *>(&strided)};
+            return runner.run(runner.pool, run_engine_task, &loop, threads);
+        }
         EngineLoop loop{task, user_context, min, closure};
         return runner.run(runner.pool, run_engine_task, &loop, extent);
     }

@@ -379,6 +379,12 @@ TEST_F(ThreadingTest, EngineParallelRunnerIsUsed) {
     EXPECT_GT(pool.loops.load(), 0) << "the kernels' parallel loops should run on the engine's pool";
     EXPECT_GE(pool.tasks.load(), 2 * pool.loops.load()) << "each loop handed over should have several tasks";
 
+    // num_threads = 3 caps a loop at 3 tasks, so at most 3 of the engine's threads.
+    pool.loops = 0, pool.tasks = 0;
+    expect_same_result(3);
+    EXPECT_GT(pool.loops.load(), 0);
+    EXPECT_LE(pool.tasks.load(), 3 * pool.loops.load()) << "num_threads = 3 should hand over at most 3 tasks per loop";
+
     // num_threads = 1 means the calling thread only: the engine's pool is not asked.
     const int loops = pool.loops.load();
     expect_same_result(1);

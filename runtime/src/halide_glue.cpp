@@ -353,13 +353,12 @@ void ensure_initialized() {
         install_cuda_hooks();
 #endif
         init_isa_cap_from_environment();
-        if (const char *threads = std::getenv("ROPE_NUM_THREADS")) {
-            const int n = std::atoi(threads);
-            if (n > 0) {
-                const tsan::PoolScope in_pool;  // takes the pool's lock
-                halide_set_num_threads(n);
-            }
-        }
+        // ROPE_NUM_THREADS, else Halide's default (0: HL_NUM_THREADS, else the CPU count), set
+        // now: until its pool starts, Halide reports 0 threads to library_threads().
+        const char *threads = std::getenv("ROPE_NUM_THREADS");
+        const int n = threads != nullptr ? std::atoi(threads) : 0;
+        const tsan::PoolScope in_pool;  // takes the pool's lock
+        halide_set_num_threads(n > 0 ? n : 0);
     });
 }
 

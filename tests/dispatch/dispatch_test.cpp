@@ -424,7 +424,8 @@ TEST(DecodeBatch, SmallCallRunsOnTheEnginesPoolInParts) {
     rope_set_parallel_runner(nullptr, nullptr);
     ASSERT_EQ(status, ROPE_OK) << engine.report().message;
     EXPECT_GT(pool.loops.load(), 0) << "a small call should reach the engine's pool";
-    EXPECT_GE(pool.tasks.load(), 2 * pool.loops.load()) << "a batch of 8 at 2 or more threads should make 2 or more tasks per loop";
+    EXPECT_GE(pool.tasks.load(), 2 * pool.loops.load())
+        << "a batch of 8 at 2 or more threads should make 2 or more tasks per loop";
     EXPECT_TRUE(same_bits(engine.q_out, serial.q_out));
     EXPECT_TRUE(same_bits(engine.k_out, serial.k_out));
     EXPECT_TRUE(engine.check_outputs());

@@ -507,12 +507,17 @@ bool fold_decode_batch(ValidCall *call, int threads, int64_t *scalar_position) {
         parts--;
     }
     const int64_t tokens = batch / parts;
+    // A view without elements may have any strides, so a folded stride may not fit: such a call
+    // is not folded (a false return leaves *call half changed; the caller then runs its original).
     for (rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
-        if (t->data == nullptr) {
-            continue;  // no k
+        if (!call->has_k && (t == &p.k || t == &p.k_out)) {
+            continue;  // not part of the call, whatever they hold
         }
         t->sizes[0] = parts, t->sizes[1] = tokens;
-        t->strides[1] = t->strides[0], t->strides[0] *= tokens;
+        t->strides[1] = t->strides[0];
+        if (__builtin_mul_overflow(t->strides[1], tokens, &t->strides[0])) {
+            return false;
+        }
     }
     rope_positions &pos = p.positions;
     if (pos.kind == ROPE_POSITIONS_OFFSET && pos.data == nullptr) {  // every token at the scalar offset
@@ -521,8 +526,8 @@ bool fold_decode_batch(ValidCall *call, int threads, int64_t *scalar_position) {
     }
     // A table's [b][0], or OFFSET's offset[b] (+ s = 0): both become [b / tokens][b % tokens].
     pos.kind = ROPE_POSITIONS_TABLE;
-    pos.strides[1] = pos.strides[0], pos.strides[0] *= tokens;
-    return true;
+    pos.strides[1] = pos.strides[0];
+    return !__builtin_mul_overflow(pos.strides[1], tokens, &pos.strides[0]);
 }
 
 // Runs `kernel` on a validated call: dense, or varlen.

@@ -261,8 +261,18 @@ int call_threads(const ValidCall &call) {
     if (p.num_threads != 0 || engine_runner_set()) {
         return p.num_threads;
     }
-    const int64_t bytes_moved = 2 * (p.q.sizes[0] * p.q.sizes[1]) * (p.q.sizes[2] + (call.has_k ? p.k.sizes[2] : 0)) *
-                                call.head_dim * static_cast<int64_t>(dtype_bytes(p.q.dtype));
+    // Bytes read and written. A call without elements may have any batch and sequence sizes, so
+    // the products are checked (heads first: 0 heads is 0 bytes); an overflow is a large call.
+    int64_t bytes_moved = 0;
+    if (__builtin_add_overflow(p.q.sizes[2], call.has_k ? p.k.sizes[2] : 0, &bytes_moved)) {
+        return 0;
+    }
+    const int64_t factors[] = {2 * static_cast<int64_t>(dtype_bytes(p.q.dtype)), call.head_dim, p.q.sizes[1], p.q.sizes[0]};
+    for (const int64_t factor : factors) {
+        if (__builtin_mul_overflow(bytes_moved, factor, &bytes_moved)) {
+            return 0;
+        }
+    }
     return bytes_moved < kSerialCallBytes ? 1 : 0;
 }
 

@@ -281,6 +281,10 @@ int do_par_for(void *user_context, halide_task_t task, int min, int extent, uint
 
 }  // namespace
 
+int run_parallel_loop(CallContext *call, ParallelTask task, int count, uint8_t *closure) {
+    return do_par_for(call, task, 0, count, closure);
+}
+
 bool engine_runner_set() {
     return g_runner.get().run != nullptr;
 }
@@ -291,18 +295,28 @@ int library_threads() {
 }
 
 CallContext::~CallContext() {
-    if (scratch_ != nullptr) {
+    if (scratch_ != nullptr && !scratch_lent_) {
         g_next_free(this, scratch_);
     }
 }
 
 bool CallContext::reserve_scratch(size_t bytes) {
-    if (bytes == 0) {
+    if (bytes <= scratch_size_) {
         return true;
+    }
+    if (scratch_ != nullptr && !scratch_lent_) {
+        g_next_free(this, scratch_);
     }
     scratch_ = static_cast<uint8_t *>(g_next_malloc(this, bytes));
     scratch_size_ = scratch_ != nullptr ? bytes : 0;
+    scratch_lent_ = false;
     return scratch_ != nullptr;
+}
+
+void CallContext::lend_scratch(CallContext *part, size_t offset, size_t bytes) const {
+    part->scratch_ = bytes != 0 ? scratch_ + offset : nullptr;
+    part->scratch_size_ = bytes;
+    part->scratch_lent_ = true;
 }
 
 void *CallContext::take_scratch(size_t bytes) {

@@ -83,12 +83,12 @@ inline std::vector<CaseSpec> varied_cases(const KernelEntry &kernel, uint64_t se
         c.positions.scalar_offset = max_position / 2;
     });
     add([&](CaseSpec &c) {
-        c.batch = 5;
-        c.seq = 1;  // a decode step
+        c.batch = 6;
+        c.seq = 1;  // a decode step: split into parts at 2, 3 and 6 threads, not at 4 or 5
         c.k_heads = 0;
         c.row_pad = 8;
         c.positions.mode = PositionMode::BatchOffsets;
-        c.positions.values = {0, 1, max_position - 1, 17, max_position / 3};
+        c.positions.values = {0, 1, max_position - 1, 17, max_position / 3, 5};
     });
     add([&](CaseSpec &c) {
         c.layout = Layout::BHSD;

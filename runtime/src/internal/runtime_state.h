@@ -37,8 +37,12 @@ struct CallContext {
     void *cuda_stream = nullptr;   ///< CUDA calls: the CUstream they are enqueued on
 
     /// Reserves `bytes` of scratch (through the allocator halide_malloc would use) that
-    /// halide_malloc then hands out to this call's kernel; false if it cannot be allocated.
+    /// halide_malloc then hands out to this call's kernel, unless the reservation held (own or
+    /// lent) covers them already; false if it cannot be allocated.
     bool reserve_scratch(size_t bytes);
+    /// Lends `bytes` of the reservation, from `offset`, to `part`, the context of one part of
+    /// this call run on its own: its kernel takes its scratch there, and `part` does not free it.
+    void lend_scratch(CallContext *part, size_t offset, size_t bytes) const;
     /// Makes the whole reservation available again (between two kernel runs of one call).
     void reuse_scratch() {
         scratch_used_.store(0, std::memory_order_relaxed);
@@ -63,6 +67,7 @@ private:
 
     uint8_t *scratch_ = nullptr;
     size_t scratch_size_ = 0;
+    bool scratch_lent_ = false;  // by the context of the whole call, which frees it
     std::atomic<size_t> scratch_used_{0};
     std::atomic<int> failure_{0};
     std::atomic<int64_t> failure_detail_{0};
@@ -75,6 +80,15 @@ size_t scratch_slot_bytes(size_t bytes);
 /// Initialises the runtime once (thread-safe): CPU detection, ROPE_MAX_ISA, ROPE_NUM_THREADS,
 /// and the Halide hooks (error handler, allocator, parallel loop). Every public entry point calls it.
 void ensure_initialized();
+
+/// A task of run_parallel_loop: the loop's user context, the task's index and its closure.
+using ParallelTask = int (*)(void *user_context, int index, uint8_t *closure);
+
+/// Runs task(call, i, closure) for every i in [0, count) as one parallel loop of `call`, on the
+/// threads its num_threads allows (the calling thread, the library's pool or an engine's runner),
+/// as the kernels' own loops run. A failure of the loop (a pool that cannot start, the engine's
+/// runner, a task's non-zero result) is recorded in `call` and returned.
+int run_parallel_loop(CallContext *call, ParallelTask task, int count, uint8_t *closure);
 
 /// Whether an engine's parallel runner is installed (rope_set_parallel_runner).
 bool engine_runner_set();

@@ -292,9 +292,6 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
     const bool on_device = kernel.cuda_capability != 0;
     const rope_tensor *tensors[] = {&p.q, &p.k, &p.q_out, &p.k_out};
     const int64_t batch = p.q.sizes[0], seq = p.q.sizes[1];
-    if (batch == 0 || seq == 0 || (p.q.sizes[2] == 0 && (!call.has_k || p.k.sizes[2] == 0))) {
-        return finish(report, ROPE_OK, "");  // nothing to rotate: no scratch, no kernel
-    }
 
     // Positions as an int32 [seq, batch] view: int64 tables are read through their low words
     // (validation proved every position < 2^31, so the high words are zero). One scalar offset
@@ -348,7 +345,7 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
     uint32_t host_placeholder = 0;
     void *placeholder = &host_placeholder;
     if (on_device) {
-        placeholder = p.q_out.data;  // a non-empty output: the early return above rules out both empty
+        placeholder = p.q_out.data;  // a non-empty output: run_call returns early when both are empty
         if (p.q.sizes[2] == 0) {
             placeholder = p.k_out.data;
         }
@@ -619,7 +616,11 @@ rope_status run_decode_parts(const KernelEntry &kernel, const ValidCall &folded,
 
 // Runs `kernel` on a validated call: dense, or varlen.
 rope_status run_call(const KernelEntry &kernel, const ValidCall &call, const CudaTarget &cuda, rope_report *report) {
-    if (call.params.varlen.cu_seqlens != nullptr) {
+    const rope_params &p = call.params;
+    if (p.q.sizes[0] == 0 || p.q.sizes[1] == 0 || (p.q.sizes[2] == 0 && (!call.has_k || p.k.sizes[2] == 0))) {
+        return finish(report, ROPE_OK, "");  // nothing to rotate: no scratch, no kernel, whatever the sizes
+    }
+    if (p.varlen.cu_seqlens != nullptr) {
         return run_varlen(kernel, call, cuda, report);
     }
     const int threads = call_threads(call);

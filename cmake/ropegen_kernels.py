@@ -65,8 +65,9 @@ MATCH_KEYS = {"style": STYLES, "head_dim": HEAD_DIMS, "dtype": tuple(DTYPES), "s
 HEAD_LOOPS = ("inside_tokens", "outside_tokens")
 COS_SIN_AT = ("task", "inline", "root")
 STORE_ORDERS = ("pair_vectors", "halves")
+INTERLEAVED_ROTATIONS = ("deinterleave", "swap")
 # The knobs of each kind of target family: CPU families are named after an ISA, CUDA ones "cuda-*".
-CPU_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "store_order", "layouts")
+CPU_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "store_order", "interleaved_rotation", "layouts")
 GPU_KNOBS = ("vector_pairs", "gpu")
 GPU_GROUP_KNOBS = ("threads_per_block", "pair_threads", "tokens_per_block")
 # A tuned file's provenance (meta.tuned): all strings.
@@ -114,6 +115,8 @@ def _check_params(where, params, complete, gpu):
         _check_choice(f"{where}.cos_sin_at", params["cos_sin_at"], COS_SIN_AT)
     if "store_order" in params:
         _check_choice(f"{where}.store_order", params["store_order"], STORE_ORDERS)
+    if "interleaved_rotation" in params:
+        _check_choice(f"{where}.interleaved_rotation", params["interleaved_rotation"], INTERLEAVED_ROTATIONS)
     if "layouts" in params:
         layouts = params["layouts"]
         _check_keys(f"{where}.layouts", layouts, LAYOUTS if complete else (), () if complete else LAYOUTS)

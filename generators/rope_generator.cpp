@@ -58,6 +58,7 @@ public:
     GeneratorParam<int> unroll_pairs{"unroll_pairs", 1, 1, 16};
     GeneratorParam<CosSinAt> cos_sin_at{"cos_sin_at", CosSinAt::Task, {{"task", CosSinAt::Task}, {"inline", CosSinAt::Inline}, {"root", CosSinAt::Root}}};
     GeneratorParam<StoreOrder> store_order{"store_order", StoreOrder::PairVectors, {{"pair_vectors", StoreOrder::PairVectors}, {"halves", StoreOrder::Halves}}};
+    GeneratorParam<InterleavedRotation> interleaved_rotation{"interleaved_rotation", InterleavedRotation::Deinterleave, {{"deinterleave", InterleavedRotation::Deinterleave}, {"swap", InterleavedRotation::Swap}}};
     LayoutParams bshd{"bshd", HeadLoop::InsideTokens};
     LayoutParams bhsd{"bhsd", HeadLoop::OutsideTokens};
     LayoutParams sbhd{"sbhd", HeadLoop::InsideTokens};
@@ -313,8 +314,25 @@ private:
     RotatedTensorFuncs rotate_tensor(const std::string &name, const GeneratorInput<Buffer<>> &x, const TensorOutputs &out) {
         const RopeVars v;
 
-        // spec §2: the pair's two lanes, relative to the rotary offset.
+        (*out.lead)(v.lane, v.head, v.seq, v.batch) = x(v.lane, v.head, v.seq, v.batch);
+        (*out.tail)(v.lane, v.head, v.seq, v.batch) = x(v.lane, v.head, v.seq, v.batch);
         const Expr pairs = rotary_pairs(), offset = rotary_offset();
+
+        if (style == Style::Interleaved && interleaved_rotation == InterleavedRotation::Swap && head_dim > 0 &&
+            !get_target().has_gpu_feature()) {
+            // Lane 2i + h from lanes 2i + h and 2i + 1 - h, with cos/sin repeated per lane
+            // (their table has a fixed size only when head_dim does: see the schedule).
+            const Expr x_self = widen(x(offset + 2 * v.pair + v.half, v.head, v.seq, v.batch));
+            const Expr x_partner = widen(x(offset + 2 * v.pair + 1 - v.half, v.head, v.seq, v.batch));
+            Func lane_cs(name + "_lane_cos_sin");
+            lane_cs(v.half, v.pair, v.seq, v.batch) =
+                lane_cos_sin(cos_sin_(v.pair, v.seq, v.batch)[0], cos_sin_(v.pair, v.seq, v.batch)[1], v.half == 0);
+            const FuncRef lane_cs_at = lane_cs(v.half, v.pair, v.seq, v.batch);
+            (*out.rotated)(v.half, v.pair, v.head, v.seq, v.batch) = narrow(rotate_lane(x_self, x_partner, lane_cs_at[0], lane_cs_at[1]));
+            return {*out.rotated, Func(), lane_cs, *out.lead, *out.tail, *out.rotated};
+        }
+
+        // spec §2: the pair's two lanes, relative to the rotary offset.
         const Expr lane_a = style == Style::Half ? offset + v.pair : offset + 2 * v.pair;
         const Expr lane_b = style == Style::Half ? offset + v.pair + pairs : offset + 2 * v.pair + 1;
         const Expr x_a = widen(x(lane_a, v.head, v.seq, v.batch));
@@ -333,8 +351,6 @@ private:
                                                   ? std::vector<Var>{v.pair, v.half, v.head, v.seq, v.batch}
                                                   : std::vector<Var>{v.half, v.pair, v.head, v.seq, v.batch};
         (*out.rotated)(rotated_args) = narrow(value);
-        (*out.lead)(v.lane, v.head, v.seq, v.batch) = x(v.lane, v.head, v.seq, v.batch);
-        (*out.tail)(v.lane, v.head, v.seq, v.batch) = x(v.lane, v.head, v.seq, v.batch);
 
         return {*out.rotated, rotated_pairs, cs, *out.lead, *out.tail, *out.rotated};
     }

@@ -161,6 +161,14 @@ Halide::Tuple rotate_pair(const Expr &x_a, const Expr &x_b, const Expr &c, const
     return {x_a * c - x_b * s, x_b * c + x_a * s};
 }
 
+Halide::Tuple lane_cos_sin(const Expr &c, const Expr &s, const Expr &first) {
+    return {c, s * select(first, -1.0f, 1.0f)};
+}
+
+Expr rotate_lane(const Expr &x, const Expr &partner, const Expr &c, const Expr &s) {
+    return x * c + partner * s;
+}
+
 Expr bf16_to_f32_bits(const Expr &x) {
     return Halide::reinterpret<float>(cast<uint32_t>(Halide::reinterpret<uint16_t>(x)) << 16);
 }

@@ -40,6 +40,15 @@ std::pair<Halide::Expr, Halide::Expr> sin_cos(const Halide::Expr &angle);
 /// inverse direction (spec §3) is the same map with s negated by the caller.
 Halide::Tuple rotate_pair(const Halide::Expr &x_a, const Halide::Expr &x_b, const Halide::Expr &c, const Halide::Expr &s);
 
+/// cos and sin as one lane of a pair takes them (rotate_lane): sin negated for the pair's first
+/// lane (`first`).
+Halide::Tuple lane_cos_sin(const Halide::Expr &c, const Halide::Expr &s, const Halide::Expr &first);
+
+/// One lane of the rotation of spec §2: `x` is the lane, `partner` the other lane of its pair,
+/// `c` and `s` as lane_cos_sin gives them. Bit for bit the lane rotate_pair gives:
+/// x_a * c + x_b * (-s) is x_a * c - x_b * s, as negation is exact.
+Halide::Expr rotate_lane(const Halide::Expr &x, const Halide::Expr &partner, const Halide::Expr &c, const Halide::Expr &s);
+
 /// A bfloat16 value widened to f32 exactly, through its bit pattern (its 16 high bits).
 Halide::Expr bf16_to_f32_bits(const Halide::Expr &x);
 

@@ -17,11 +17,14 @@ namespace {
 // elements, which would rotate twice when the output aliases the input (in place).
 constexpr TailStrategy kTail = TailStrategy::GuardWithIf;
 
+// The loop over the tokens of a task (schedule_tokens), where per-token tables are placed.
+const char *const kTokenLoop = "token_in_tile";
+
 // Tokens and heads: the loop nest of one layout. `batch_inner` puts the batch loop inside the
 // sequence loop (SBHD), so a task holds tokens that lie together in memory.
 void schedule_tokens(Stage stage, const LayoutSchedule &layout, bool batch_inner) {
     const RopeVars v;
-    const Var task{"task"}, tile{"token_tile"}, token{"token_in_tile"};
+    const Var task{"task"}, tile{"token_tile"}, token{kTokenLoop};
     const Var &inner_axis = batch_inner ? v.batch : v.seq;
     const Var &outer_axis = batch_inner ? v.seq : v.batch;
     if (batch_inner) {
@@ -69,19 +72,31 @@ void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, con
     Halide::Func &out = funcs.rotated;
     out.split(v.pair, pair_block, v.pair, block, kTail)
         .split(v.pair, pair_vector, pair_lane, lanes, kTail);
-    if (schedule.store_order == StoreOrder::Halves && !stores_interleaved(out)) {
-        out.reorder(pair_lane, pair_vector, v.half, pair_block);
+    const bool lane_by_lane = !funcs.rotated_pairs.defined();  // InterleavedRotation::Swap
+    if (lane_by_lane) {
+        // A vector holds both lanes of its pairs, so it is loaded whole before it is stored.
+        out.reorder(v.half, pair_lane, pair_vector, pair_block).vectorize(v.half).vectorize(pair_lane).unroll(pair_vector);
     } else {
-        out.reorder(pair_lane, v.half, pair_vector, pair_block);
+        if (schedule.store_order == StoreOrder::Halves && !stores_interleaved(out)) {
+            out.reorder(pair_lane, pair_vector, v.half, pair_block);
+        } else {
+            out.reorder(pair_lane, v.half, pair_vector, pair_block);
+        }
+        out.vectorize(pair_lane).unroll(v.half).unroll(pair_vector);
+        funcs.rotated_pairs.compute_at(out, pair_block)
+            .split(v.pair, pair_vector, pair_lane, lanes, kTail)
+            .vectorize(pair_lane)
+            .unroll(pair_vector);
     }
-    out.vectorize(pair_lane).unroll(v.half).unroll(pair_vector);
-
-    funcs.rotated_pairs.compute_at(out, pair_block)
-        .split(v.pair, pair_vector, pair_lane, lanes, kTail)
-        .vectorize(pair_lane)
-        .unroll(pair_vector);
     if (schedule.cos_sin_at == CosSinAt::Task) {
         funcs.cos_sin.compute_at(out, task).vectorize(v.pair, lanes, kTail);
+    } else if (lane_by_lane) {
+        // cos/sin repeated per lane, built once per token and read by every head of it: a
+        // table of a fixed size (2P lanes), which Halide keeps on the stack.
+        funcs.cos_sin.compute_at(out, Var(kTokenLoop)).vectorize(v.pair, lanes, kTail);
+    }
+    if (lane_by_lane) {
+        funcs.cos_sin.vectorize(v.half);
     }
 
     // Layouts, recognised from the output strides (dims 2, 3, 4 = head, seq, batch); each has

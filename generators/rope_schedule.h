@@ -29,6 +29,12 @@ enum class CosSinAt { Task, Inline, Root };
 /// a pair's lanes together whatever this says.
 enum class StoreOrder { PairVectors, Halves };
 
+/// How the interleaved style rotates a vector of neighbouring pairs: split into a vector of first
+/// and one of second lanes, rotated as pairs and interleaved again (two shuffles per lane vector
+/// each way), or lane by lane with the vector's neighbours swapped in (one in-lane shuffle) and
+/// cos/sin repeated per lane (CPU kernels of a fixed head_dim; the others deinterleave).
+enum class InterleavedRotation { Deinterleave, Swap };
+
 /// Where a tensor layout's loop nest puts the head loop relative to the inner token loop.
 enum class HeadLoop { InsideTokens, OutsideTokens };
 
@@ -50,8 +56,10 @@ struct RopeSchedule {
 /// The Funcs of one rotated tensor that the schedule places.
 struct RotatedTensorFuncs {
     Halide::Func rotated;            ///< output: the rotary lanes as (pair, half, h, s, b) or (half, pair, ...)
-    Halide::Func rotated_pairs;      ///< both rotated lanes of a pair, before they are stored
-    Halide::Func cos_sin;            ///< per (pair, token) cos and sin, as this tensor reads them
+    Halide::Func rotated_pairs;      ///< both rotated lanes of a pair, before they are stored; undefined
+                                     ///< when the interleaved style rotates lane by lane (Swap)
+    Halide::Func cos_sin;            ///< per (pair, token) cos and sin, as this tensor reads them; per
+                                     ///< (half, pair, token) when lane by lane
     Halide::Func lead, tail;         ///< outputs: lanes before and after the rotary slice, copied
     Halide::OutputImageParam output; ///< the rotated output's buffer, whose strides pick the layout
 };

@@ -13,10 +13,11 @@ layout, interleaved with the other candidates and a memcpy of the same bytes. AO
 JIT: a JIT pipeline would not be the kernel the library links, called the way it calls it.
 
 Search, per key (staged, so a budget of minutes finds what the full sweep finds):
-  1. core knobs (vector_pairs, unroll_pairs, cos_sin_at, store_order) with the default layout
-     knobs, pruned by a cost model (vectors of half to twice the ISA's width, no block wider than a
-     head, no `inline` for computed sources, where it means `task`, one store order for the
-     interleaved style, whose stores do not depend on it), then successive halving: every
+  1. core knobs (vector_pairs, unroll_pairs, cos_sin_at, store_order, interleaved_rotation) with
+     the default layout knobs, pruned by a cost model (vectors of half to twice the ISA's width, no
+     block wider than a head, no `inline` for computed sources, where it means `task`, one store
+     order for the interleaved style, whose stores do not depend on it, one interleaved rotation
+     for the half style and the any-head_dim kernel, which do not read it), then successive halving: every
      candidate a few repetitions, the best third again with more;
   2. the layout knobs (tokens_per_task, head_loop) with the best core, every layout group at
      once (each candidate sets all four groups alike, each group is judged on its own shapes);
@@ -62,13 +63,14 @@ CORE_SPACE = {
     "unroll_pairs": (1, 2, 4),
     "cos_sin_at": rk.COS_SIN_AT,
     "store_order": rk.STORE_ORDERS,
+    "interleaved_rotation": rk.INTERLEAVED_ROTATIONS,
 }
 LAYOUT_SPACE = {
     "tokens_per_task": (1, 2, 4, 8, 16, 32, 64),
     "head_loop": rk.HEAD_LOOPS,
 }
 # The knobs a timing can judge, and those llvm-mca's model of the hot loop can.
-MEASURED_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "store_order", "layouts")
+MEASURED_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "store_order", "interleaved_rotation", "layouts")
 MODELLED_KNOBS = ("vector_pairs", "unroll_pairs", "store_order")
 # f32 lanes of one vector register of each ISA: the unit the cost model prunes vector_pairs by.
 VECTOR_F32_LANES = {"avx512": 16, "avx2": 8, "sse41": 4, "neon_fp16": 4, "neon": 4}
@@ -146,6 +148,8 @@ def core_candidates(key, isa, default, judges=MEASURED_KNOBS):
             continue  # computed sources build a table anyway: `inline` means `task` for them
         if key["style"] == "interleaved" and core["store_order"] != default["store_order"]:
             continue  # the interleaved style stores a pair's lanes together: the order means nothing
+        if core["interleaved_rotation"] != default["interleaved_rotation"] and (key["style"] != "interleaved" or not key["head_dim"]):
+            continue  # read by fixed head_dim kernels of the interleaved style only
         try:
             rk.check_cos_sin_placement("", key, core)
         except rk.ScheduleError:

@@ -43,3 +43,6 @@ ropegen_option(ROPEGEN_HEAD_DIMS "head_dims with specialized kernels (0 = the an
 ropegen_option(ROPEGEN_TUNED_MACHINE "Tuned schedules (schedules/tuned/<target>/<machine>.json) to build with: host (this machine's, when tuned), none, or a machine name" "host")
 ropegen_option(ROPEGEN_SANITIZE "Sanitizers for the library, tests and demo (e.g. address;undefined, or thread)" "")
 ropegen_option(ROPEGEN_BUILD_FUZZERS "Build the libFuzzer harness (clang only)" OFF)
+# The sanitizer presets take release's kernels: Halide's machine code is the same in every build
+# of a target, and the sanitizers never instrument it (runtime/CMakeLists.txt).
+ropegen_option(ROPEGEN_KERNELS_FROM "A build tree of these sources whose kernels and Halide runtime this build links instead of generating its own (empty: generate)" "")

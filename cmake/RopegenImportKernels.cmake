@@ -1,0 +1,63 @@
+# SPDX-License-Identifier: Apache-2.0
+# ropegen_import_kernels(<tree>): the kernels of this build (ROPEGEN_KERNELS, ROPEGEN_CUDA_KERNELS)
+# and their Halide runtime as imported libraries of another build tree of the same sources, in
+# place of generating them again (ROPEGEN_KERNELS_FROM; the sanitizer presets take release's).
+# Halide's machine code is the same in every build of a target and the sanitizers never
+# instrument it, so this only saves the generation time. Every kernel must have the same Halide
+# target, features and schedule there as here, or configuring fails; building brings that tree's
+# kernels up to date first, so an edit of the generator or of a schedule reaches both trees.
+# One line per kernel (and one for the runtime) of what generating it takes, as kernels.cmake
+# defines it in the calling scope.
+function(ropegen_kernel_definitions out)
+    set(definitions "runtime ${ROPEGEN_HALIDE_RUNTIME_TARGET}")
+    foreach (kernel IN LISTS ARGN)
+        string(REPLACE ";" "," definition
+                       "${kernel} ${ROPEGEN_KERNEL_${kernel}_TARGET} ${ROPEGEN_KERNEL_${kernel}_FEATURES} ${ROPEGEN_KERNEL_${kernel}_PARAMS}")
+        list(APPEND definitions "${definition}")
+    endforeach ()
+    set(${out} "${definitions}" PARENT_SCOPE)
+endfunction()
+
+function(ropegen_import_kernels tree)
+    set(other_list "${tree}/runtime/kernels.cmake")
+    if (NOT EXISTS "${other_list}")
+        message(FATAL_ERROR "ROPEGEN_KERNELS_FROM=${tree}: no kernel list at ${other_list}; configure that build first "
+                            "(the sanitizer presets take release's: cmake --preset release)")
+    endif ()
+    set(kernels ${ROPEGEN_KERNELS} ${ROPEGEN_CUDA_KERNELS})
+    ropegen_kernel_definitions(here ${kernels})
+    include("${other_list}")  # the other tree's definitions, in this function's scope only
+    ropegen_kernel_definitions(there ${kernels})
+    foreach (mine theirs IN ZIP_LISTS here there)
+        if (NOT mine STREQUAL theirs)
+            string(REGEX REPLACE " .*" "" name "${mine}")
+            message(FATAL_ERROR "ROPEGEN_KERNELS_FROM=${tree}: ${name} differs there (reconfigure that build, or leave "
+                                "ROPEGEN_KERNELS_FROM empty to generate the kernels here)\n  here:  ${mine}\n  there: ${theirs}")
+        endif ()
+    endforeach ()
+
+    set(runtime_library "${tree}/runtime/libropegen_halide_runtime.a")
+    set(byproducts "${runtime_library}")
+    foreach (kernel IN LISTS kernels)
+        list(APPEND byproducts "${tree}/runtime/lib${kernel}.a" "${tree}/runtime/${kernel}.h")
+    endforeach ()
+    add_custom_target(
+        ropegen_imported_kernels
+        COMMAND "${CMAKE_COMMAND}" --build "${tree}" --target ropegen_halide_runtime ${kernels}
+        BYPRODUCTS ${byproducts}
+        COMMENT "Bringing the kernels of ${tree} up to date"
+        VERBATIM)
+
+    find_package(Threads REQUIRED)
+    add_library(ropegen_halide_runtime STATIC IMPORTED GLOBAL)
+    set_target_properties(ropegen_halide_runtime PROPERTIES IMPORTED_LOCATION "${runtime_library}")
+    target_link_libraries(ropegen_halide_runtime INTERFACE Halide::Runtime Threads::Threads ${CMAKE_DL_LIBS})
+    add_dependencies(ropegen_halide_runtime ropegen_imported_kernels)
+    foreach (kernel IN LISTS kernels)
+        add_library(${kernel} STATIC IMPORTED GLOBAL)
+        set_target_properties(${kernel} PROPERTIES IMPORTED_LOCATION "${tree}/runtime/lib${kernel}.a"
+                                                   INTERFACE_INCLUDE_DIRECTORIES "${tree}/runtime")
+        target_link_libraries(${kernel} INTERFACE ropegen_halide_runtime)
+        add_dependencies(${kernel} ropegen_imported_kernels)
+    endforeach ()
+endfunction()

@@ -172,12 +172,16 @@ const KernelEntry *select_kernel(const ValidCall &call, const Target &target) {
     size_t count = 0;
     const bool cuda = target.device == ROPE_DEVICE_CUDA;
     const KernelEntry *table = cuda ? cuda_kernel_table(&count) : kernel_table(&count);
-    for (size_t i = 0; i < count; i++) {
-        const KernelEntry &kernel = table[i];
-        const bool runs_here = cuda ? kernel.cuda_capability <= target.capability && vectors_aligned(kernel, call)
-                                    : kernel.isa <= target.max_isa;
-        if (runs_here && kernel_matches(kernel, call.params)) {
-            return &kernel;
+    const KernelEntry *end = table + count;
+    // The CPU table lists the best ISA first: the levels above the call's are skipped in one
+    // search, not entry by entry (on an AVX2 CPU, stepping over the 72 AVX-512 entries took 15%
+    // of a one-token call).
+    const KernelEntry *first =
+        cuda ? table : std::partition_point(table, end, [&](const KernelEntry &k) { return k.isa > target.max_isa; });
+    for (const KernelEntry *kernel = first; kernel != end; kernel++) {
+        const bool runs_here = !cuda || (kernel->cuda_capability <= target.capability && vectors_aligned(*kernel, call));
+        if (runs_here && kernel_matches(*kernel, call.params)) {
+            return kernel;
         }
     }
     return nullptr;

@@ -609,7 +609,6 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
     // Positions (spec §5), after the cache so the limit is known.
     int64_t limit = kMaxPosition + 1;
     const char *limit_rule = "2^31: the kernels index positions with int32";
-    std::string cache_rule;
     if (a.source == ROPE_SOURCE_CACHE) {
         const int64_t pairs = call->rotary_dim / 2;
         if (a.cos_cache == nullptr || a.sin_cache == nullptr) {
@@ -657,9 +656,10 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
                                        << enum_value(p.q.dtype) << "), rounded once (rope_build_cos_sin_cache makes them)";
             return f.finish();
         }
-        limit = std::min(a.cache_len, kMaxPosition + 1);
-        cache_rule = "angles.cache_len=" + std::to_string(a.cache_len) + ", spec §5";
-        limit_rule = cache_rule.c_str();
+        if (a.cache_len <= kMaxPosition) {
+            limit = a.cache_len;
+            limit_rule = "angles.cache_len, spec §5";  // the message gives the value: no string built per call
+        }
     }
     check_varlen(f, p, on_device);
     if (f.failed()) {

@@ -88,15 +88,15 @@ void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, con
             .vectorize(pair_lane)
             .unroll(pair_vector);
     }
-    if (schedule.cos_sin_at == CosSinAt::Task) {
-        funcs.cos_sin.compute_at(out, task).vectorize(v.pair, lanes, kTail);
-    } else if (lane_by_lane) {
-        // cos/sin repeated per lane, built once per token and read by every head of it: a
-        // table of a fixed size (2P lanes), which Halide keeps on the stack.
-        funcs.cos_sin.compute_at(out, Var(kTokenLoop)).vectorize(v.pair, lanes, kTail);
-    }
     if (lane_by_lane) {
-        funcs.cos_sin.vectorize(v.half);
+        // cos/sin repeated per lane, built once per token (or per task, cos_sin_at=task) and read
+        // by every head of it: a table of a fixed size (2P lanes a token), which Halide keeps on
+        // the stack.
+        funcs.cos_sin.compute_at(out, schedule.cos_sin_at == CosSinAt::Task ? task : Var(kTokenLoop))
+            .vectorize(v.pair, lanes, kTail)
+            .vectorize(v.half);
+    } else if (schedule.cos_sin_at == CosSinAt::Task) {
+        funcs.cos_sin.compute_at(out, task).vectorize(v.pair, lanes, kTail);
     }
 
     // Layouts, recognised from the output strides (dims 2, 3, 4 = head, seq, batch); each has

@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 # ropegen_import_kernels(<tree>): the kernels of this build (ROPEGEN_KERNELS, ROPEGEN_CUDA_KERNELS)
-# and their Halide runtime as imported libraries of another build tree of the same sources, in
-# place of generating them again (ROPEGEN_KERNELS_FROM; the sanitizer presets take release's).
+# and their Halide runtime as imported libraries made from another build tree of the same sources,
+# in place of generating them again (ROPEGEN_KERNELS_FROM; the sanitizer presets take release's).
 # Halide's machine code is the same in every build of a target and the sanitizers never
 # instrument it, so this only saves the generation time. Every kernel must have the same Halide
-# target, features and schedule there as here, or configuring fails; building brings that tree's
-# kernels up to date first, so an edit of the generator or of a schedule reaches both trees.
+# target, features and schedule there as here, or configuring fails (after a schedule edit,
+# configure that tree first). Building brings that tree's kernels up to date, so a generator edit
+# reaches both, and copies them into this tree: cleaning this tree never deletes that tree's files.
 # One line per kernel (and one for the runtime) of what generating it takes, as kernels.cmake
 # defines it in the calling scope.
 function(ropegen_kernel_definitions out)
@@ -19,6 +20,9 @@ function(ropegen_kernel_definitions out)
 endfunction()
 
 function(ropegen_import_kernels tree)
+    if (tree STREQUAL CMAKE_BINARY_DIR)
+        message(FATAL_ERROR "ROPEGEN_KERNELS_FROM=${tree} is this build tree; name another, or leave it empty")
+    endif ()
     set(other_list "${tree}/runtime/kernels.cmake")
     if (NOT EXISTS "${other_list}")
         message(FATAL_ERROR "ROPEGEN_KERNELS_FROM=${tree}: no kernel list at ${other_list}; configure that build first "
@@ -36,27 +40,32 @@ function(ropegen_import_kernels tree)
         endif ()
     endforeach ()
 
-    set(runtime_library "${tree}/runtime/libropegen_halide_runtime.a")
-    set(byproducts "${runtime_library}")
+    set(copies "${CMAKE_CURRENT_BINARY_DIR}/imported")
+    file(MAKE_DIRECTORY "${copies}")  # an imported target's include directory must exist to generate
+    set(files libropegen_halide_runtime.a)
     foreach (kernel IN LISTS kernels)
-        list(APPEND byproducts "${tree}/runtime/lib${kernel}.a" "${tree}/runtime/${kernel}.h")
+        list(APPEND files lib${kernel}.a ${kernel}.h)
     endforeach ()
+    list(TRANSFORM files PREPEND "${tree}/runtime/" OUTPUT_VARIABLE originals)
+    list(TRANSFORM files PREPEND "${copies}/" OUTPUT_VARIABLE byproducts)
     add_custom_target(
         ropegen_imported_kernels
         COMMAND "${CMAKE_COMMAND}" --build "${tree}" --target ropegen_halide_runtime ${kernels}
+        COMMAND "${CMAKE_COMMAND}" -E make_directory "${copies}"
+        COMMAND "${CMAKE_COMMAND}" -E copy_if_different ${originals} "${copies}"
         BYPRODUCTS ${byproducts}
         COMMENT "Bringing the kernels of ${tree} up to date"
         VERBATIM)
 
     find_package(Threads REQUIRED)
     add_library(ropegen_halide_runtime STATIC IMPORTED GLOBAL)
-    set_target_properties(ropegen_halide_runtime PROPERTIES IMPORTED_LOCATION "${runtime_library}")
+    set_target_properties(ropegen_halide_runtime PROPERTIES IMPORTED_LOCATION "${copies}/libropegen_halide_runtime.a")
     target_link_libraries(ropegen_halide_runtime INTERFACE Halide::Runtime Threads::Threads ${CMAKE_DL_LIBS})
     add_dependencies(ropegen_halide_runtime ropegen_imported_kernels)
     foreach (kernel IN LISTS kernels)
         add_library(${kernel} STATIC IMPORTED GLOBAL)
-        set_target_properties(${kernel} PROPERTIES IMPORTED_LOCATION "${tree}/runtime/lib${kernel}.a"
-                                                   INTERFACE_INCLUDE_DIRECTORIES "${tree}/runtime")
+        set_target_properties(${kernel} PROPERTIES IMPORTED_LOCATION "${copies}/lib${kernel}.a"
+                                                   INTERFACE_INCLUDE_DIRECTORIES "${copies}")
         target_link_libraries(${kernel} INTERFACE ropegen_halide_runtime)
         add_dependencies(${kernel} ropegen_imported_kernels)
     endforeach ()

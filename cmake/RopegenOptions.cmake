@@ -46,3 +46,6 @@ ropegen_option(ROPEGEN_BUILD_FUZZERS "Build the libFuzzer harness (clang only)" 
 # The sanitizer presets take release's kernels: Halide's machine code is the same in every build
 # of a target, and the sanitizers never instrument it (runtime/CMakeLists.txt).
 ropegen_option(ROPEGEN_KERNELS_FROM "A build tree of these sources whose kernels and Halide runtime this build links instead of generating its own (empty: generate)" "")
+if (ROPEGEN_KERNELS_FROM)
+    get_filename_component(ROPEGEN_KERNELS_FROM "${ROPEGEN_KERNELS_FROM}" ABSOLUTE BASE_DIR "${CMAKE_BINARY_DIR}")
+endif ()

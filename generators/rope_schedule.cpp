@@ -76,6 +76,12 @@ void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, con
     if (lane_by_lane) {
         // A vector holds both lanes of its pairs, so it is loaded whole before it is stored.
         out.reorder(v.half, pair_lane, pair_vector, pair_block).vectorize(v.half).vectorize(pair_lane).unroll(pair_vector);
+        // cos/sin repeated per lane, built once per token (or per task, cos_sin_at=task) and read
+        // by every head of it: a table of a fixed size (2P lanes per token it covers), which
+        // Halide keeps on the stack.
+        funcs.cos_sin.compute_at(out, schedule.cos_sin_at == CosSinAt::Task ? task : Var(kTokenLoop))
+            .vectorize(v.pair, lanes, kTail)
+            .vectorize(v.half);
     } else {
         if (schedule.store_order == StoreOrder::Halves && !stores_interleaved(out)) {
             out.reorder(pair_lane, pair_vector, v.half, pair_block);
@@ -87,16 +93,9 @@ void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, con
             .split(v.pair, pair_vector, pair_lane, lanes, kTail)
             .vectorize(pair_lane)
             .unroll(pair_vector);
-    }
-    if (lane_by_lane) {
-        // cos/sin repeated per lane, built once per token (or per task, cos_sin_at=task) and read
-        // by every head of it: a table of a fixed size (2P lanes a token), which Halide keeps on
-        // the stack.
-        funcs.cos_sin.compute_at(out, schedule.cos_sin_at == CosSinAt::Task ? task : Var(kTokenLoop))
-            .vectorize(v.pair, lanes, kTail)
-            .vectorize(v.half);
-    } else if (schedule.cos_sin_at == CosSinAt::Task) {
-        funcs.cos_sin.compute_at(out, task).vectorize(v.pair, lanes, kTail);
+        if (schedule.cos_sin_at == CosSinAt::Task) {
+            funcs.cos_sin.compute_at(out, task).vectorize(v.pair, lanes, kTail);
+        }
     }
 
     // Layouts, recognised from the output strides (dims 2, 3, 4 = head, seq, batch); each has

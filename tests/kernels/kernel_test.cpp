@@ -336,7 +336,7 @@ protected:
     }
 };
 
-// Every scaling of spec §6 in one test per kernel (each ctest entry is a process, under qemu too).
+// Every scaling of spec §6 in one test per kernel: one set-up of the kernel for all of them.
 TEST_P(ScalingTest, EveryScaling) {
     struct Variant {
         const char *name;

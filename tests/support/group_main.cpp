@@ -4,7 +4,8 @@
 // process costs more than most tests. ctest sees one exit status per group, so with --whole_group
 // the status speaks for the group: ROPEGEN_GROUP_SKIPPED (the test's SKIP_RETURN_CODE) when every
 // selected test skipped, a failure when only some did (a skip must not hide inside a pass) or when
-// the filter selected nothing. Without --whole_group it is GoogleTest's own main.
+// the filter selected nothing. Without --whole_group it is GoogleTest's own main, but for
+// refusing arguments it does not know (a mistyped --whole_group would otherwise be ignored).
 #include <gtest/gtest.h>
 
 #include <cstdio>

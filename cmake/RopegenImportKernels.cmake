@@ -51,7 +51,6 @@ function(ropegen_import_kernels tree)
     add_custom_target(
         ropegen_imported_kernels
         COMMAND "${CMAKE_COMMAND}" --build "${tree}" --target ropegen_halide_runtime ${kernels}
-        COMMAND "${CMAKE_COMMAND}" -E make_directory "${copies}"
         COMMAND "${CMAKE_COMMAND}" -E copy_if_different ${originals} "${copies}"
         BYPRODUCTS ${byproducts}
         COMMENT "Bringing the kernels of ${tree} up to date"
@@ -68,5 +67,11 @@ function(ropegen_import_kernels tree)
                                                    INTERFACE_INCLUDE_DIRECTORIES "${copies}")
         target_link_libraries(${kernel} INTERFACE ropegen_halide_runtime)
         add_dependencies(${kernel} ropegen_imported_kernels)
+        # Read in place by the PTX and assembly checks, as add_halide_library names them.
+        if (kernel IN_LIST ROPEGEN_CUDA_KERNELS)
+            set(${kernel}_ptx "${tree}/runtime/${kernel}.device_code" PARENT_SCOPE)
+        elseif (ROPEGEN_ARCH STREQUAL "aarch64")
+            set(${kernel}_assembly "${tree}/runtime/${kernel}.s" PARENT_SCOPE)
+        endif ()
     endforeach ()
 endfunction()

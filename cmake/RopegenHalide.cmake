@@ -24,3 +24,37 @@ else ()
     find_package(Python3 REQUIRED COMPONENTS Interpreter)
     set(ROPEGEN_PYTHON "${Python3_EXECUTABLE}" CACHE FILEPATH "Python that runs the build's scripts")
 endif ()
+
+# ropegen_add_kernel(<name> <kernel> [<knob>=<value>...] [ASSEMBLY <var>] [DEVICE_CODE <var>]):
+# the Halide library and function <name> of <kernel> of kernels.cmake (its target, features and
+# schedule knobs), with the knobs given changed; <var>, when given, receives the path of its
+# assembly or device code.
+function(ropegen_add_kernel name kernel)
+    cmake_parse_arguments(PARSE_ARGV 2 arg "" "ASSEMBLY;DEVICE_CODE" "")
+    set(params ${ROPEGEN_KERNEL_${kernel}_PARAMS})
+    foreach (override IN LISTS arg_UNPARSED_ARGUMENTS)
+        string(REGEX REPLACE "=.*" "" knob "${override}")
+        list(FILTER params EXCLUDE REGEX "^${knob}=")
+        list(APPEND params "${override}")
+    endforeach ()
+    set(extra_outputs "")
+    foreach (output IN ITEMS ASSEMBLY DEVICE_CODE)
+        if (arg_${output})
+            list(APPEND extra_outputs ${output} ${arg_${output}})
+        endif ()
+    endforeach ()
+    add_halide_library(
+        ${name} FROM ropegen_generator
+        GENERATOR ropegen_rope
+        FUNCTION_NAME ${name}
+        TARGETS ${ROPEGEN_KERNEL_${kernel}_TARGET}
+        FEATURES ${ROPEGEN_KERNEL_${kernel}_FEATURES}
+        PARAMS ${params}
+        USE_RUNTIME ropegen_halide_runtime
+        ${extra_outputs})
+    foreach (output IN ITEMS ASSEMBLY DEVICE_CODE)
+        if (arg_${output})
+            set(${arg_${output}} "${${arg_${output}}}" PARENT_SCOPE)
+        endif ()
+    endforeach ()
+endfunction()

@@ -6,7 +6,7 @@
     bench/bench_table.py results.json                 # prints, and rewrites the README section
     bench/bench_table.py results.json --no-readme     # prints only
 
-Benchmark names are "kind/key:value/..." (kind: rope, memcpy, scalar, call); the ratios pair a
+Benchmark names are "kind/key:value/..." (kind: rope, memcpy, copy, scalar, call); the ratios pair a
 rope row with the memcpy and scalar rows of the same shape, dtype (style) and thread count.
 With --benchmark_repetitions the "median" aggregate is used. Python standard library only.
 """
@@ -126,7 +126,7 @@ def rope_table(results):
 def baseline_table(results):
     lines = ["| baseline | shape | dtype | style | threads | time | GB/s | vs memcpy |",
              "|---|---|---|---|---|---:|---:|---:|"]
-    for run in results.of_kind("memcpy") + results.of_kind("scalar"):
+    for run in results.of_kind("memcpy") + results.of_kind("copy") + results.of_kind("scalar"):
         vs_memcpy = ratio(results.memcpy_seconds(run), run["seconds"])
         lines.append(f"| {run['kind']} | {run['shape']} | {run['dtype']} | {run.get('style') or '-'} "
                      f"| {run['threads']} | {fmt_time(run['seconds'])} | {fmt(run['gbps'], 1)} | {fmt(vs_memcpy)} |")

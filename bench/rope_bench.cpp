@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Google Benchmark suite of ropegen through its public entry point, rope_dispatch(), against two
-// baselines on the same buffers: memcpy of the same bytes (the bandwidth ceiling) and the scalar
-// loop an engine writes by hand (scalar_rope.cpp). Every benchmark is registered from the tables
+// Google Benchmark suite of ropegen through its public entry point, rope_dispatch(), against
+// baselines on the same buffers: memcpy of the same bytes (the bandwidth ceiling), a plain copy
+// loop of them (copy_loop.cpp: stores through the cache, as a kernel does) and the scalar loop an
+// engine writes by hand (scalar_rope.cpp). Every benchmark is registered from the tables
 // below; names are "kind/key:value/..." so bench_table.py can parse them back.
 //
 // Counters: bytes_per_second (q, k read + q_out, k_out written; the small cos/sin tables are
@@ -24,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "copy_loop.h"
 #include "internal/kernel_table.h"
 #include "ropegen/rope.h"
 #include "scalar_rope.h"
@@ -246,11 +248,11 @@ int run_on_pool(void *, int (*task)(void *task_context, int index), void *task_c
     return first_error.load();
 }
 
-// The memcpy baseline: q -> q_out and k -> k_out, each split evenly over the threads.
-void memcpy_qk(const Workspace &ws, int threads) {
+// The copy baselines: q -> q_out and k -> k_out by `copy`, each split evenly over the threads.
+void copy_qk(const Workspace &ws, int threads, CopyFunction copy = memcpy_bytes) {
     run_parts(threads, [&](int part) {
-        copy_part(ws.q.get(), ws.q_out.get(), ws.q_bytes, part, threads);
-        copy_part(ws.k.get(), ws.k_out.get(), ws.k_bytes, part, threads);
+        copy_part(ws.q.get(), ws.q_out.get(), ws.q_bytes, part, threads, copy);
+        copy_part(ws.k.get(), ws.k_out.get(), ws.k_bytes, part, threads, copy);
     });
 }
 
@@ -304,7 +306,7 @@ double median_seconds(Fn &&fn) {
 double memcpy_seconds(Workspace &ws, int threads) {
     auto [entry, inserted] = ws.memcpy_seconds.try_emplace(threads, 0.0);
     if (inserted) {
-        entry->second = median_seconds([&] { memcpy_qk(ws, threads); });
+        entry->second = median_seconds([&] { copy_qk(ws, threads); });
     }
     return entry->second;
 }
@@ -403,19 +405,21 @@ void bm_rope(benchmark::State &state, const Case &c) {
     set_counters(state, *ws, c.threads, seconds, memcpy_s);
 }
 
-void bm_memcpy(benchmark::State &state, const Case &c) {
+// memcpy, or the plain copy loop (with its ratio to memcpy).
+void bm_copy(benchmark::State &state, const Case &c, CopyFunction copy) {
     Workspace *ws = workspace_for(c);
     if (ws == nullptr) {
         state.SkipWithError("cannot allocate the buffers");
         return;
     }
-    memcpy_qk(*ws, c.threads);
+    const double memcpy_s = copy == memcpy_bytes ? 0.0 : memcpy_seconds(*ws, c.threads);
+    copy_qk(*ws, c.threads, copy);
     const double seconds = timed_loop(state, [&] {
-        memcpy_qk(*ws, c.threads);
+        copy_qk(*ws, c.threads, copy);
         benchmark::ClobberMemory();
         return true;
     });
-    set_counters(state, *ws, c.threads, seconds, 0.0);
+    set_counters(state, *ws, c.threads, seconds, memcpy_s);
 }
 
 float element(const std::byte *data, const DtypeInfo &dtype, size_t index) {
@@ -604,7 +608,10 @@ void register_all() {
     for (const Shape &shape : kShapes) {
         for (const DtypeInfo &dtype : kDtypes) {
             for (int threads : thread_counts) {
-                register_case("memcpy", {&shape, &dtype, nullptr, nullptr, threads}, bm_memcpy);
+                register_case("memcpy", {&shape, &dtype, nullptr, nullptr, threads},
+                              [](benchmark::State &state, const Case &c) { bm_copy(state, c, memcpy_bytes); });
+                register_case("copy", {&shape, &dtype, nullptr, nullptr, threads},
+                              [](benchmark::State &state, const Case &c) { bm_copy(state, c, copy_loop); });
             }
             for (const StyleInfo &style : kStyles) {
                 for (int threads : thread_counts) {

@@ -54,13 +54,19 @@ private:
     bool stop_ = false;
 };
 
-/// Part `part` of a copy of `bytes` split into `parts` cache-line-aligned slices: the memcpy
-/// baseline at more than one thread (rope_bench, the tuner's harness).
-inline void copy_part(const void *src, void *dst, size_t bytes, int part, int parts) {
+using CopyFunction = void (*)(void *dst, const void *src, size_t bytes);
+
+inline void memcpy_bytes(void *dst, const void *src, size_t bytes) {
+    std::memcpy(dst, src, bytes);
+}
+
+/// Part `part` of a copy of `bytes` split into `parts` cache-line-aligned slices, made by `copy`:
+/// the copy baselines at more than one thread (rope_bench, the tuner's harness).
+inline void copy_part(const void *src, void *dst, size_t bytes, int part, int parts, CopyFunction copy = memcpy_bytes) {
     const size_t lines = (bytes + 63) / 64;
     const size_t begin = std::min(bytes, lines * static_cast<size_t>(part) / static_cast<size_t>(parts) * 64);
     const size_t end = std::min(bytes, lines * static_cast<size_t>(part + 1) / static_cast<size_t>(parts) * 64);
-    std::memcpy(static_cast<std::byte *>(dst) + begin, static_cast<const std::byte *>(src) + begin, end - begin);
+    copy(static_cast<std::byte *>(dst) + begin, static_cast<const std::byte *>(src) + begin, end - begin);
 }
 
 }  // namespace ropebench

@@ -49,11 +49,14 @@ void schedule_shared_cos_sin(Halide::Func cos_sin, const RopeSchedule &schedule)
         return;
     }
     // The table covers every token of the call whatever the layout, so its parallel tiles take
-    // the strided fallback's token count.
+    // the strided fallback's token count. A block of pairs is one vector, which the backend
+    // splits into native vectors with their instructions interleaved: sin/cos of a computed
+    // source are polynomials bound by their latency, which independent vectors side by side hide
+    // (the block unrolled as whole vectors one after another did not, on Zen 5).
     const RopeVars v;
     const Var tokens{"tokens"}, token_tile{"token_tile"};
     cos_sin.compute_root()
-        .vectorize(v.pair, schedule.vector_pairs, kTail)
+        .vectorize(v.pair, schedule.vector_pairs * schedule.unroll_pairs, kTail)
         .fuse(v.seq, v.batch, tokens)
         .split(tokens, token_tile, tokens, schedule.strided.tokens_per_task, kTail)
         .parallel(token_tile);
@@ -89,7 +92,10 @@ void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, con
             out.reorder(pair_lane, v.half, pair_vector, pair_block);
         }
         out.vectorize(pair_lane).unroll(v.half).unroll(pair_vector);
+        // Storage of a whole block: without the bound, an any-head_dim kernel's last block (the
+        // head's pair count is known at run time) sizes it at run time, on the heap, per task.
         funcs.rotated_pairs.compute_at(out, pair_block)
+            .bound_storage(v.pair, block)
             .split(v.pair, pair_vector, pair_lane, lanes, kTail)
             .vectorize(pair_lane)
             .unroll(pair_vector);

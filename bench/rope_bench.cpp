@@ -405,14 +405,14 @@ void bm_rope(benchmark::State &state, const Case &c) {
     set_counters(state, *ws, c.threads, seconds, memcpy_s);
 }
 
-// memcpy, or the plain copy loop (with its ratio to memcpy).
-void bm_copy(benchmark::State &state, const Case &c, CopyFunction copy) {
+// memcpy, or the plain copy loop (with_memcpy_ratio: its ratio to memcpy).
+void bm_copy(benchmark::State &state, const Case &c, CopyFunction copy, bool with_memcpy_ratio) {
     Workspace *ws = workspace_for(c);
     if (ws == nullptr) {
         state.SkipWithError("cannot allocate the buffers");
         return;
     }
-    const double memcpy_s = copy == memcpy_bytes ? 0.0 : memcpy_seconds(*ws, c.threads);
+    const double memcpy_s = with_memcpy_ratio ? memcpy_seconds(*ws, c.threads) : 0.0;
     copy_qk(*ws, c.threads, copy);
     const double seconds = timed_loop(state, [&] {
         copy_qk(*ws, c.threads, copy);
@@ -609,9 +609,9 @@ void register_all() {
         for (const DtypeInfo &dtype : kDtypes) {
             for (int threads : thread_counts) {
                 register_case("memcpy", {&shape, &dtype, nullptr, nullptr, threads},
-                              [](benchmark::State &state, const Case &c) { bm_copy(state, c, memcpy_bytes); });
+                              [](benchmark::State &state, const Case &c) { bm_copy(state, c, memcpy_bytes, false); });
                 register_case("copy", {&shape, &dtype, nullptr, nullptr, threads},
-                              [](benchmark::State &state, const Case &c) { bm_copy(state, c, copy_loop); });
+                              [](benchmark::State &state, const Case &c) { bm_copy(state, c, copy_loop, true); });
             }
             for (const StyleInfo &style : kStyles) {
                 for (int threads : thread_counts) {

@@ -49,14 +49,11 @@ void schedule_shared_cos_sin(Halide::Func cos_sin, const RopeSchedule &schedule)
         return;
     }
     // The table covers every token of the call whatever the layout, so its parallel tiles take
-    // the strided fallback's token count. A block of pairs is one vector, which the backend
-    // splits into native vectors with their instructions interleaved: sin/cos of a computed
-    // source are polynomials bound by their latency, which independent vectors side by side hide
-    // (the block unrolled as whole vectors one after another did not, on Zen 5).
+    // the strided fallback's token count.
     const RopeVars v;
     const Var tokens{"tokens"}, token_tile{"token_tile"};
     cos_sin.compute_root()
-        .vectorize(v.pair, schedule.vector_pairs * schedule.unroll_pairs, kTail)
+        .vectorize(v.pair, schedule.vector_pairs, kTail)
         .fuse(v.seq, v.batch, tokens)
         .split(tokens, token_tile, tokens, schedule.strided.tokens_per_task, kTail)
         .parallel(token_tile);

@@ -47,7 +47,7 @@ struct LayoutSchedule {
 /// Knobs shared by every layout plus one LayoutSchedule per recognised layout.
 struct RopeSchedule {
     int vector_pairs;       ///< rotation pairs per vector (the vector width in f32 lanes)
-    int unroll_pairs;       ///< pair vectors unrolled per loop iteration (and per step of a root cos/sin table)
+    int unroll_pairs;       ///< pair vectors unrolled per loop iteration
     CosSinAt cos_sin_at;
     StoreOrder store_order;
     LayoutSchedule bshd, bhsd, sbhd, strided;

@@ -131,6 +131,27 @@ TEST_F(FaultTest, KernelScratchIsReservedBeforeTheKernelRuns) {
     }
 }
 
+// The same for the any-head_dim kernel rotating blocks of several pair vectors: its last block of a
+// head may be partial (the pair count comes at run time), yet the block's storage has a constant
+// size; sized at run time, it was a heap allocation in every task.
+TEST_F(FaultTest, WideBlocksOfTheAnyHeadDimKernelAllocateNothing) {
+    const std::vector<ScheduleVariant> variants = schedule_variants();
+    const auto variant = std::find_if(variants.begin(), variants.end(), [](const ScheduleVariant &v) {
+        return std::string(v.kernel.name) == "ropegen_variant_cache_wide_blocks";
+    });
+    ASSERT_NE(variant, variants.end()) << "tests/stress/CMakeLists.txt builds ropegen_variant_cache_wide_blocks";
+    if (const std::string reason = unsupported_reason(variant->kernel); !reason.empty()) {
+        GTEST_SKIP() << reason;
+    }
+    for (const CaseSpec &spec : varied_cases(variant->kernel, 5)) {
+        SCOPED_TRACE(spec.describe());
+        RopeCall call(spec);
+        InjectedAllocator::arm(-1);
+        ASSERT_EQ(call.run(kernel_runner(variant->kernel)), ROPE_OK) << call.report().message;
+        EXPECT_EQ(InjectedAllocator::calls(), 0);
+    }
+}
+
 TEST_F(FaultTest, FailedScratchReservationIsReportedAndWritesNothing) {
     int failed = 0;
     for (const KernelEntry *kernel : runnable_kernels()) {

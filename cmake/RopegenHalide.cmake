@@ -25,12 +25,19 @@ else ()
     set(ROPEGEN_PYTHON "${Python3_EXECUTABLE}" CACHE FILEPATH "Python that runs the build's scripts")
 endif ()
 
-# ropegen_add_kernel(<name> <kernel> [<knob>=<value>...] [ASSEMBLY <var>] [DEVICE_CODE <var>]):
+# ropegen_add_kernel(<name> <kernel> [<knob>=<value>...] [ASSEMBLY <var>] [DEVICE_CODE <var>]
+#                    [TARGET <halide target>] [RUNTIME <runtime target>]):
 # the Halide library and function <name> of <kernel> of kernels.cmake (its target, features and
-# schedule knobs), with the knobs given changed; <var>, when given, receives the path of its
-# assembly or device code.
+# schedule knobs), with the knobs given changed, for another Halide target (with its own runtime)
+# when given; <var>, when given, receives the path of its assembly or device code.
 function(ropegen_add_kernel name kernel)
-    cmake_parse_arguments(PARSE_ARGV 2 arg "" "ASSEMBLY;DEVICE_CODE" "")
+    cmake_parse_arguments(PARSE_ARGV 2 arg "" "ASSEMBLY;DEVICE_CODE;TARGET;RUNTIME" "")
+    if (NOT arg_TARGET)
+        set(arg_TARGET ${ROPEGEN_KERNEL_${kernel}_TARGET})
+    endif ()
+    if (NOT arg_RUNTIME)
+        set(arg_RUNTIME ropegen_halide_runtime)
+    endif ()
     set(params ${ROPEGEN_KERNEL_${kernel}_PARAMS})
     foreach (override IN LISTS arg_UNPARSED_ARGUMENTS)
         string(REGEX REPLACE "=.*" "" knob "${override}")
@@ -47,10 +54,10 @@ function(ropegen_add_kernel name kernel)
         ${name} FROM ropegen_generator
         GENERATOR ropegen_rope
         FUNCTION_NAME ${name}
-        TARGETS ${ROPEGEN_KERNEL_${kernel}_TARGET}
+        TARGETS ${arg_TARGET}
         FEATURES ${ROPEGEN_KERNEL_${kernel}_FEATURES}
         PARAMS ${params}
-        USE_RUNTIME ropegen_halide_runtime
+        USE_RUNTIME ${arg_RUNTIME}
         ${extra_outputs})
     foreach (output IN ITEMS ASSEMBLY DEVICE_CODE)
         if (arg_${output})

@@ -67,7 +67,7 @@ COS_SIN_AT = ("task", "inline", "root")
 STORE_ORDERS = ("pair_vectors", "halves")
 INTERLEAVED_ROTATIONS = ("deinterleave", "swap")
 # The knobs of each kind of target family: CPU families are named after an ISA, CUDA ones "cuda-*".
-CPU_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "store_order", "interleaved_rotation", "layouts")
+CPU_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "cos_sin_vectors", "store_order", "interleaved_rotation", "layouts")
 GPU_KNOBS = ("vector_pairs", "gpu")
 GPU_GROUP_KNOBS = ("threads_per_block", "pair_threads", "tokens_per_block")
 # A tuned file's provenance (meta.tuned): all strings.
@@ -113,6 +113,8 @@ def _check_params(where, params, complete, gpu):
         _check_int(f"{where}.unroll_pairs", params["unroll_pairs"], 1, 16)
     if "cos_sin_at" in params:
         _check_choice(f"{where}.cos_sin_at", params["cos_sin_at"], COS_SIN_AT)
+    if "cos_sin_vectors" in params:
+        _check_int(f"{where}.cos_sin_vectors", params["cos_sin_vectors"], 1, 8)
     if "store_order" in params:
         _check_choice(f"{where}.store_order", params["store_order"], STORE_ORDERS)
     if "interleaved_rotation" in params:

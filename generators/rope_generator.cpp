@@ -57,6 +57,7 @@ public:
     GeneratorParam<int> vector_pairs{"vector_pairs", 8, 1, 64};
     GeneratorParam<int> unroll_pairs{"unroll_pairs", 1, 1, 16};
     GeneratorParam<CosSinAt> cos_sin_at{"cos_sin_at", CosSinAt::Task, {{"task", CosSinAt::Task}, {"inline", CosSinAt::Inline}, {"root", CosSinAt::Root}}};
+    GeneratorParam<int> cos_sin_vectors{"cos_sin_vectors", 1, 1, 8};
     GeneratorParam<StoreOrder> store_order{"store_order", StoreOrder::PairVectors, {{"pair_vectors", StoreOrder::PairVectors}, {"halves", StoreOrder::Halves}}};
     GeneratorParam<InterleavedRotation> interleaved_rotation{"interleaved_rotation", InterleavedRotation::Deinterleave, {{"deinterleave", InterleavedRotation::Deinterleave}, {"swap", InterleavedRotation::Swap}}};
     LayoutParams bshd{"bshd", HeadLoop::InsideTokens};
@@ -183,7 +184,7 @@ private:
         }
         // Computed angles are never inlined: that would evaluate sin/cos once per head.
         const CosSinAt angles_at = source != Source::Cache && cos_sin_at == CosSinAt::Inline ? CosSinAt::Task : cos_sin_at;
-        const RopeSchedule knobs{vector_pairs, unroll_pairs, angles_at, store_order, bshd.value(), bhsd.value(),
+        const RopeSchedule knobs{vector_pairs, unroll_pairs, angles_at, cos_sin_vectors, store_order, bshd.value(), bhsd.value(),
                                  sbhd.value(), strided.value()};
         schedule_shared_cos_sin(cos_sin_, knobs);
         for (RotatedTensorFuncs &funcs : tensors_) {

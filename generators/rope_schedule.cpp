@@ -49,11 +49,14 @@ void schedule_shared_cos_sin(Halide::Func cos_sin, const RopeSchedule &schedule)
         return;
     }
     // The table covers every token of the call whatever the layout, so its parallel tiles take
-    // the strided fallback's token count.
+    // the strided fallback's token count. Computed sin/cos are polynomials bound by their
+    // latency: several pair vectors as one wider vector, which the backend splits into native
+    // ones with their instructions interleaved, hide it (as many vectors unrolled one after
+    // another did not, on Zen 5).
     const RopeVars v;
     const Var tokens{"tokens"}, token_tile{"token_tile"};
     cos_sin.compute_root()
-        .vectorize(v.pair, schedule.vector_pairs, kTail)
+        .vectorize(v.pair, schedule.vector_pairs * schedule.cos_sin_vectors, kTail)
         .fuse(v.seq, v.batch, tokens)
         .split(tokens, token_tile, tokens, schedule.strided.tokens_per_task, kTail)
         .parallel(token_tile);

@@ -49,6 +49,7 @@ struct RopeSchedule {
     int vector_pairs;       ///< rotation pairs per vector (the vector width in f32 lanes)
     int unroll_pairs;       ///< pair vectors unrolled per loop iteration
     CosSinAt cos_sin_at;
+    int cos_sin_vectors;    ///< pair vectors of a root cos/sin table evaluated side by side, as one vector
     StoreOrder store_order;
     LayoutSchedule bshd, bhsd, sbhd, strided;
 };

@@ -13,9 +13,10 @@ layout, interleaved with the other candidates and a memcpy of the same bytes. AO
 JIT: a JIT pipeline would not be the kernel the library links, called the way it calls it.
 
 Search, per key (staged, so a budget of minutes finds what the full sweep finds):
-  1. core knobs (vector_pairs, unroll_pairs, cos_sin_at, store_order, interleaved_rotation) with
-     the default layout knobs, pruned by a cost model (vectors of half to twice the ISA's width, no
-     block wider than a head, no `inline` for computed sources, where it means `task`, one store
+  1. core knobs (vector_pairs, unroll_pairs, cos_sin_at, cos_sin_vectors, store_order,
+     interleaved_rotation) with the default layout knobs, pruned by a cost model (vectors of half to
+     twice the ISA's width, no block or root cos/sin vector wider than a head, cos_sin_vectors for
+     root tables of fixed head_dim kernels only, no `inline` for computed sources, where it means `task`, one store
      order for the interleaved style, whose stores do not depend on it, one interleaved rotation
      for the half style and the any-head_dim kernel, which do not read it), then successive halving: every
      candidate a few repetitions, the best third again with more;
@@ -62,6 +63,7 @@ CORE_SPACE = {
     "vector_pairs": (4, 8, 16, 32, 64),
     "unroll_pairs": (1, 2, 4),
     "cos_sin_at": rk.COS_SIN_AT,
+    "cos_sin_vectors": (1, 2, 4),
     "store_order": rk.STORE_ORDERS,
     "interleaved_rotation": rk.INTERLEAVED_ROTATIONS,
 }
@@ -70,7 +72,7 @@ LAYOUT_SPACE = {
     "head_loop": rk.HEAD_LOOPS,
 }
 # The knobs a timing can judge, and those llvm-mca's model of the hot loop can.
-MEASURED_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "store_order", "interleaved_rotation", "layouts")
+MEASURED_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "cos_sin_vectors", "store_order", "interleaved_rotation", "layouts")
 MODELLED_KNOBS = ("vector_pairs", "unroll_pairs", "store_order")
 # f32 lanes of one vector register of each ISA: the unit the cost model prunes vector_pairs by.
 VECTOR_F32_LANES = {"avx512": 16, "avx2": 8, "sse41": 4, "neon_fp16": 4, "neon": 4}
@@ -146,6 +148,10 @@ def core_candidates(key, isa, default, judges=MEASURED_KNOBS):
             continue  # a block wider than a head's pairs is all tail
         if core["cos_sin_at"] == "inline" and key["source"] != "cache":
             continue  # computed sources build a table anyway: `inline` means `task` for them
+        if core["cos_sin_vectors"] != default["cos_sin_vectors"] and (core["cos_sin_at"] != "root" or not key["head_dim"]):
+            continue  # read by root tables only; the any-head_dim kernel's pair count is unknown
+        if core["vector_pairs"] * core["cos_sin_vectors"] > head_pairs:
+            continue  # a table vector wider than a head's pairs is all tail
         if key["style"] == "interleaved" and core["store_order"] != default["store_order"]:
             continue  # the interleaved style stores a pair's lanes together: the order means nothing
         if core["interleaved_rotation"] != default["interleaved_rotation"] and (key["style"] != "interleaved" or not key["head_dim"]):

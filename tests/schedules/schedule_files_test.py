@@ -31,7 +31,7 @@ MACHINE = "test-box-f1m2"
 TARGET = "x86-64-avx512"
 RETUNE = f"retune with `python3 bench/tune/rope_tune.py --target {TARGET}` or configure with -DROPEGEN_TUNED_MACHINE=none"
 KEY = {"style": "half", "head_dim": 128, "dtype": "f32", "source": "cache"}
-CPU_PARAMS = {"vector_pairs": 8, "unroll_pairs": 4, "cos_sin_at": "inline", "store_order": "pair_vectors",
+CPU_PARAMS = {"vector_pairs": 8, "unroll_pairs": 4, "cos_sin_at": "inline", "cos_sin_vectors": 1, "store_order": "pair_vectors",
               "interleaved_rotation": "swap",
               "layouts": {layout: {"tokens_per_task": 32, "head_loop": "outside_tokens"} for layout in rk.LAYOUTS}}
 GPU_PARAMS = {"vector_pairs": 2, "gpu": {"threads_per_block": 128, "pair_threads": 64, "tokens_per_block": 4}}
@@ -236,7 +236,8 @@ class CommandLineTest(unittest.TestCase):
         path = self.write_tuned()
         result, script = self.run_script(MACHINE)
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("vector_pairs=8 unroll_pairs=4 cos_sin_at=inline store_order=pair_vectors interleaved_rotation=swap "
+        self.assertIn("vector_pairs=8 unroll_pairs=4 cos_sin_at=inline cos_sin_vectors=1 store_order=pair_vectors "
+                      "interleaved_rotation=swap "
                       "bhsd_tokens_per_task=32 bhsd_head_loop=outside_tokens",
                       self.params_line(script))
         self.assertIn(f'message(STATUS "ropegen: {TARGET}: tuned schedule {path} (measured, 2026-11-21)")', script)
@@ -320,7 +321,7 @@ class DefaultFilesTest(unittest.TestCase):
         files = sorted((REPO / "schedules").glob("*.json"))
         families = {family for _, family, *_ in rk.ISAS.values()} | {family for family, *_ in rk.CUDA_LEVELS.values()}
         self.assertEqual({path.stem for path in files}, families)
-        cpu_knobs = {"vector_pairs", "unroll_pairs", "cos_sin_at", "store_order", "interleaved_rotation"} | {
+        cpu_knobs = {"vector_pairs", "unroll_pairs", "cos_sin_at", "cos_sin_vectors", "store_order", "interleaved_rotation"} | {
             f"{layout}_{knob}" for layout in rk.LAYOUTS for knob in ("tokens_per_task", "head_loop")}
         gpu_knobs = {"vector_pairs"} | {f"gpu_{knob}" for knob in rk.GPU_GROUP_KNOBS}
         for path in files:

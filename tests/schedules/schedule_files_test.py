@@ -120,6 +120,9 @@ class TunedFileTest(unittest.TestCase):
         doc["kernels"][0]["params"]["unroll_pairs"] = 17
         self.assert_rejected(self.write(doc), "kernels[0].params.unroll_pairs: 17 must be an integer in [1, 16]")
         doc = tuned_doc()
+        doc["kernels"][0]["params"]["cos_sin_vectors"] = 0
+        self.assert_rejected(self.write(doc), "kernels[0].params.cos_sin_vectors: 0 must be an integer in [1, 8]")
+        doc = tuned_doc()
         doc["kernels"][0]["params"]["store_order"] = "by_half"
         self.assert_rejected(self.write(doc),
                              "kernels[0].params.store_order: \"by_half\" must be one of ['pair_vectors', 'halves']")

@@ -114,20 +114,24 @@ protected:
 // What makes an allocation failure safe: whatever a kernel allocates is reserved, in one block,
 // before it runs. A kernel that allocated beyond the reservation (a schedule placing cos/sin
 // tables that the dispatcher does not foresee) would show up here as more than one allocation.
+void expect_only_reserved_allocations(const KernelEntry &kernel) {
+    for (const CaseSpec &spec : varied_cases(kernel, 5)) {
+        for (int32_t num_threads : {1, 3}) {
+            CaseSpec c = spec;
+            c.num_threads = num_threads;
+            SCOPED_TRACE(std::string(kernel.name) + ": " + c.describe());
+            RopeCall call(c);
+            InjectedAllocator::arm(-1);
+            ASSERT_EQ(call.run(kernel_runner(kernel)), ROPE_OK) << call.report().message;
+            EXPECT_EQ(InjectedAllocator::calls(), is_computed(kernel) ? 1 : 0)
+                << "computed sources reserve inv_freq and the cos/sin tables; the cache source allocates nothing";
+        }
+    }
+}
+
 TEST_F(FaultTest, KernelScratchIsReservedBeforeTheKernelRuns) {
     for (const KernelEntry *kernel : runnable_kernels()) {
-        for (const CaseSpec &spec : varied_cases(*kernel, 5)) {
-            for (int32_t num_threads : {1, 3}) {
-                CaseSpec c = spec;
-                c.num_threads = num_threads;
-                SCOPED_TRACE(std::string(kernel->name) + ": " + c.describe());
-                RopeCall call(c);
-                InjectedAllocator::arm(-1);
-                ASSERT_EQ(call.run(kernel_runner(*kernel)), ROPE_OK) << call.report().message;
-                EXPECT_EQ(InjectedAllocator::calls(), is_computed(*kernel) ? 1 : 0)
-                    << "computed sources reserve inv_freq and the cos/sin tables; the cache source allocates nothing";
-            }
-        }
+        expect_only_reserved_allocations(*kernel);
     }
 }
 
@@ -143,13 +147,7 @@ TEST_F(FaultTest, WideBlocksOfTheAnyHeadDimKernelAllocateNothing) {
     if (const std::string reason = unsupported_reason(variant->kernel); !reason.empty()) {
         GTEST_SKIP() << reason;
     }
-    for (const CaseSpec &spec : varied_cases(variant->kernel, 5)) {
-        SCOPED_TRACE(spec.describe());
-        RopeCall call(spec);
-        InjectedAllocator::arm(-1);
-        ASSERT_EQ(call.run(kernel_runner(variant->kernel)), ROPE_OK) << call.report().message;
-        EXPECT_EQ(InjectedAllocator::calls(), 0);
-    }
+    expect_only_reserved_allocations(variant->kernel);
 }
 
 TEST_F(FaultTest, FailedScratchReservationIsReportedAndWritesNothing) {

@@ -642,7 +642,9 @@ def main(argv=None):
         progress.show("done\n")
         print(markdown)
         if args.write_readme:
-            begin, end = f"<!-- tune:{family}:begin -->", f"<!-- tune:{family}:end -->"
+            # One section per tuned file: a family may have a file per machine.
+            section = f"{family}/{machine['slug']}"
+            begin, end = f"<!-- tune:{section}:begin -->", f"<!-- tune:{section}:end -->"
             neon_asm.write_readme(args.write_readme, f"{machine['cpu']}; {out.relative_to(ROOT)}.\n\n{markdown}",
                                   command, begin, end)
         return 0

@@ -645,7 +645,8 @@ def main(argv=None):
             # One section per tuned file: a family may have a file per machine.
             section = f"{family}/{machine['slug']}"
             begin, end = f"<!-- tune:{section}:begin -->", f"<!-- tune:{section}:end -->"
-            neon_asm.write_readme(args.write_readme, f"{machine['cpu']}; {out.relative_to(ROOT)}.\n\n{markdown}",
+            shown = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out  # --out-dir may lie elsewhere
+            neon_asm.write_readme(args.write_readme, f"{machine['cpu']}; {shown}.\n\n{markdown}",
                                   command, begin, end)
         return 0
 

@@ -266,6 +266,28 @@ class ResumeTest(unittest.TestCase):
             self.assertEqual(document["meta"]["tuned"]["method"], "measured")
             self.assertEqual(document["kernels"][0]["params"], best_params(default_params()))
 
+    def test_compare_writes_its_machines_readme_section_only(self):
+        with tempfile.TemporaryDirectory() as tmp, \
+                mock.patch.object(rt, "Workbench", FakeWorkbench), \
+                mock.patch.object(rt, "versions", lambda build: ("21.0.0", "0.1.0")), \
+                mock.patch("sys.stdout"):
+            argv = ["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache,style=half", "--build", tmp,
+                    "--out-dir", tmp]
+            FakeWorkbench.measured_keys, FakeWorkbench.interrupt_after = [], None
+            self.assertEqual(rt.main(argv + ["--fresh"]), 0)
+            readme = pathlib.Path(tmp) / "README.md"
+            sections = {slug: (f"<!-- tune:{FAMILY}/{slug}:begin -->", f"<!-- tune:{FAMILY}/{slug}:end -->")
+                        for slug in ("other-machine", "test-machine")}
+            readme.write_text("".join(f"{begin}\nold table\n{end}\n" for begin, end in sections.values()))
+            self.assertEqual(rt.main(argv + ["--compare", "--write-readme", str(readme)]), 0)
+            text = readme.read_text()
+            begin, end = sections["test-machine"]
+            written = text[text.index(begin):text.index(end)]
+            self.assertIn("| half/cache/d128/bf16 |", written)
+            self.assertNotIn("old table", written)
+            begin, end = sections["other-machine"]
+            self.assertEqual(text[text.index(begin):text.index(end) + len(end)], f"{begin}\nold table\n{end}")
+
 
 if __name__ == "__main__":
     unittest.main()

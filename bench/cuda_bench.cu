@@ -283,6 +283,7 @@ void compare_with_handwritten(const Shape &shape, rope_dtype dtype) {
     check(cudaMemcpyAsync(theirs.data(), b.q_out, b.q_bytes, cudaMemcpyDeviceToHost, b.stream), "copy back");
     check(cudaStreamSynchronize(b.stream), "sync");
     double worst = 0;
+    size_t differ = 0, first = 0;
     for (size_t i = 0; i < b.q_bytes / b.element; i++) {
         float x, y;
         if (dtype == ROPE_DTYPE_F32) {
@@ -294,10 +295,20 @@ void compare_with_handwritten(const Shape &shape, rope_dtype dtype) {
             std::memcpy(&x, &bx, 4);
             std::memcpy(&y, &by, 4);
         }
-        worst = std::fmax(worst, std::fabs(static_cast<double>(x) - y));
+        const double difference = std::fabs(static_cast<double>(x) - y);
+        worst = std::fmax(worst, difference);
+        // More than a few units in the last place of bf16 (or a NaN): a wrong or missing element.
+        if (!(difference <= 0x1p-6 * (1 + std::fabs(y)))) {
+            first = differ++ == 0 ? i : first;
+        }
     }
-    std::printf("# %s %s: max |ropegen - hand-written| over q = %.3g\n", shape.name,
-                dtype == ROPE_DTYPE_F32 ? "f32" : "bf16", worst);
+    std::printf("# %s %s: max |ropegen - hand-written| over q = %.3g", shape.name, dtype == ROPE_DTYPE_F32 ? "f32" : "bf16",
+                worst);
+    if (differ > 0) {
+        std::printf("; %zu of %zu elements differ, the first at token %zu head %zu lane %zu", differ, b.q_bytes / b.element,
+                    first / (kQHeads * kHeadDim), first / kHeadDim % kQHeads, first % kHeadDim);
+    }
+    std::printf("\n");
 }
 
 }  // namespace

@@ -138,7 +138,7 @@ void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, con
 void apply_gpu_schedule(std::vector<RotatedTensorFuncs> &tensors, Halide::Func cos_sin, const GpuSchedule &schedule,
                         int fixed_pairs, const Expr &positions_given, const Expr &narrow_tables) {
     const RopeVars v;
-    const Var token{"token"}, token_block{"token_block"}, token_in{"token_in"};
+    const Var seq_block{"seq_block"}, seq_in{"seq_in"};
     const Var pair_tile{"pair_tile"}, pair_thread{"pair_thread"}, pair_lane{"pair_lane"};
     const Var head_tile{"head_tile"}, head_thread{"head_thread"};
     // Without a fixed head_dim nothing is known about alignment, so vectors would be split into
@@ -155,9 +155,11 @@ void apply_gpu_schedule(std::vector<RotatedTensorFuncs> &tensors, Halide::Func c
         if (fixed_pairs == 0) {
             out.split(pair_thread, pair_tile, pair_thread, pair_threads, kTail);
         }
+        // Blocks over (sequence tile, batch), not over fused tokens: a block's tokens then have
+        // exact bounds, so its shared cos/sin holds tokens_per_block rows whatever the sequence
+        // length (a fused token's s = token % seq spans the whole sequence to bounds inference).
         out.split(v.head, head_tile, head_thread, head_threads, kTail)
-            .fuse(v.seq, v.batch, token)
-            .split(token, token_block, token_in, schedule.tokens_per_block, kTail);
+            .split(v.seq, seq_block, seq_in, schedule.tokens_per_block, kTail);
         // The interleaved style stores a pair's two lanes side by side: one dense vector of both.
         if (interleaved) {
             out.reorder(v.half, pair_lane, pair_thread, head_thread).vectorize(v.half).vectorize(pair_lane);
@@ -165,15 +167,15 @@ void apply_gpu_schedule(std::vector<RotatedTensorFuncs> &tensors, Halide::Func c
             out.reorder(pair_lane, v.half, pair_thread, head_thread).vectorize(pair_lane).unroll(v.half);
         }
         if (fixed_pairs == 0) {
-            out.reorder(pair_thread, head_thread, pair_tile, head_tile, token_in, token_block);
+            out.reorder(pair_thread, head_thread, pair_tile, head_tile, seq_in, seq_block, v.batch);
         } else {
-            out.reorder(pair_thread, head_thread, head_tile, token_in, token_block);
+            out.reorder(pair_thread, head_thread, head_tile, seq_in, seq_block, v.batch);
         }
-        out.gpu_blocks(token_block).gpu_threads(pair_thread, head_thread);
+        out.gpu_blocks(seq_block, v.batch).gpu_threads(pair_thread, head_thread);
         // Both lanes of a pair are loaded into registers before either is stored (in place).
         funcs.rotated_pairs.compute_at(out, pair_thread).vectorize(v.pair);
         if (&out != &first) {
-            out.compute_with(first, token_block);
+            out.compute_with(first, seq_block);
         }
         // Pass-through lanes (partial rotary): blocks over tokens, so the grid is never empty even
         // when the slice is.
@@ -190,15 +192,27 @@ void apply_gpu_schedule(std::vector<RotatedTensorFuncs> &tensors, Halide::Func c
     // read from there by every head of q and k. Each loop nest reads only the buffers its call
     // passes: the positions table when there is one, and the pair of cos/sin tables that
     // narrow_tables names (cache source of a 16-bit kernel).
-    cos_sin.compute_at(first, token_block);
+    // Its threads are the block's own (CUDA allows 1024 per block): pair_threads along the pairs
+    // and, when a head's pair tiles fit, one tile per row of head threads; otherwise the tiles
+    // are a loop.
+    cos_sin.compute_at(first, seq_block);
+    const bool tiles_in_rows = fixed_pairs > 0 && fixed_pairs % pair_threads == 0 && fixed_pairs / pair_threads <= head_threads;
+    auto thread_the_pairs = [&](Stage stage) {
+        stage.split(v.pair, pair_tile, pair_thread, pair_threads, kTail);
+        if (tiles_in_rows) {
+            stage.gpu_threads(pair_thread, pair_tile);
+        } else {
+            stage.gpu_threads(pair_thread);
+        }
+    };
     std::vector<Expr> conditions{positions_given};
     if (narrow_tables.defined()) {
         conditions = {positions_given && narrow_tables, positions_given, narrow_tables};
     }
     for (const Expr &condition : conditions) {
-        cos_sin.specialize(condition).gpu_threads(v.pair);
+        thread_the_pairs(cos_sin.specialize(condition));
     }
-    cos_sin.gpu_threads(v.pair);
+    thread_the_pairs(cos_sin);
 }
 
 }  // namespace ropegen

@@ -22,6 +22,7 @@ namespace ropegen {
 namespace {
 
 constexpr int64_t kMaxStride = std::numeric_limits<int32_t>::max();
+constexpr int64_t kMaxCudaGridY = 65535;  // blocks along a CUDA grid's y dimension
 // On the library's pool, calls moving fewer bytes run on the calling thread: its workers sleep
 // between calls, and waking them costs more than it saves (measured on a 2-vCPU Zen 4 VM:
 // batch-64 decode, 2.5 MiB, takes 34 us on one thread and 58 us on two; a 4096-token prefill,
@@ -240,6 +241,14 @@ size_t kernel_scratch_bytes(const ValidCall &call, int64_t batch, int64_t seq) {
 
 // What went wrong inside a kernel, and what it means for the outputs. Only a failure of a loop
 // that had already started (an engine's runner or a task) can leave outputs partly written.
+// The message a Halide runtime error left in the report (see report_halide_error), or "".
+std::string halide_message(const rope_report *report) {
+    if (report == nullptr || report->struct_size < sizeof(rope_report) || report->message[0] == '\0') {
+        return "";
+    }
+    return std::string(": ") + report->message;
+}
+
 std::string failure_message(const CallContext &context, const KernelEntry &kernel, bool earlier_slices_written) {
     const int64_t detail = context.failure_detail();
     const std::string written = earlier_slices_written ? "; the slices of the call before it were written"
@@ -252,6 +261,9 @@ std::string failure_message(const CallContext &context, const KernelEntry &kerne
         return "could not start a worker thread of the library's thread pool (pthread_create: " +
                std::error_code(static_cast<int>(detail), std::generic_category()).message() +
                "); the pool goes on with the threads it has" + written;
+    case CallFailure::RuntimeError:
+        return "kernel " + std::string(kernel.name) + " failed in the Halide runtime" + halide_message(context.report) +
+               "; outputs may be partly written";
     default:
         return "a parallel loop of kernel " + std::string(kernel.name) + " failed with " + std::to_string(detail) +
                " (returned by the engine's parallel runner or a task); outputs may be partly written";
@@ -314,7 +326,8 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
     const int32_t mrope_end1 = mrope ? p.mrope.sections[0] + p.mrope.sections[1] : call.rotary_dim / 2;
 
     // Axes to slice: strides beyond Halide's int32 dimensions; for CUDA kernels (32-bit indexing)
-    // also spans of 2^31 elements or more, slicing batch, then seq, then heads until each fits.
+    // also spans of 2^31 elements or more, slicing batch, then seq, then heads until each fits,
+    // and a batch of more blocks than a grid's y dimension holds (their blocks are (seq, batch)).
     bool slice_axis[3] = {false, false, false};
     for (int t = 0; t < 4; t++) {
         if (t % 2 == 1 && !call.has_k) {
@@ -324,7 +337,7 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
             slice_axis[axis] = slice_axis[axis] || !stride_fits(*tensors[t], axis);
         }
     }
-    slice_axis[0] = slice_axis[0] || pos_batch_stride > kMaxStride;
+    slice_axis[0] = slice_axis[0] || pos_batch_stride > kMaxStride || (on_device && batch > kMaxCudaGridY);
     slice_axis[1] = slice_axis[1] || pos_seq_stride > kMaxStride;
     for (int axis = 0; on_device && axis < 3; axis++) {
         bool fits = (slice_axis[0] || (batch - 1) * pos_batch_stride <= kMaxStride) &&
@@ -442,14 +455,13 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
                 }
 #endif
                 if (result == 0 && context.failure() != CallFailure::None) {
-                    return finish(report, ROPE_ERR_INTERNAL, failure_message(context, kernel, b + s + h > 0));
+                    const bool device_error = on_device && context.failure() == CallFailure::RuntimeError;
+                    return finish(report, device_error ? ROPE_ERR_DEVICE : ROPE_ERR_INTERNAL,
+                                  failure_message(context, kernel, b + s + h > 0));
                 }
                 if (result != 0) {
                     std::string message = "kernel " + std::string(kernel.name) + " failed with Halide error " +
-                                          std::to_string(result);
-                    if (report != nullptr && report->struct_size >= sizeof(rope_report) && report->message[0] != '\0') {
-                        message += ": " + std::string(report->message);
-                    }
+                                          std::to_string(result) + halide_message(report);
                     if (on_device && b + s + h > 0) {
                         message += "; the launches for earlier slices of the call were enqueued";
                     }

@@ -35,11 +35,15 @@ void init_isa_cap_from_environment();
 
 namespace {
 
+// Kernels are built without asserts, so a runtime error (a CUDA launch that fails, say) does not
+// stop the kernel's code: the call records it, and the dispatcher turns it into a status.
 void report_halide_error(void *user_context, const char *message) {
     const tsan::CallbackScope checked;
     if (user_context != nullptr) {
-        const auto *call = static_cast<const CallContext *>(user_context);
-        set_report_message(call->report, std::string("Halide: ") + message);
+        auto *call = static_cast<CallContext *>(user_context);
+        if (call->fail(CallFailure::RuntimeError, 0)) {
+            set_report_message(call->report, std::string("Halide: ") + message);
+        }
     }
 }
 

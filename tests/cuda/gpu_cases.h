@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The calls every GPU kernel is judged on, shared by the CUDA tests (on a GPU) and the OpenCL
 // run of the same schedule (on PoCL): every layout, position form and direction, GQA, q alone,
-// packed QKV in place, adversarial values, 16-bit cache tables, a partial rotary slice.
+// packed QKV in place, a long prefill, adversarial values, 16-bit cache tables, a partial rotary
+// slice.
 #pragma once
 
 #include <vector>
@@ -36,6 +37,14 @@ inline std::vector<CaseSpec> gpu_kernel_cases(const CaseSpec &base, bool any_hea
     q_only.seq = 1;
     q_only.batch = 7;
     cases.push_back(q_only);
+    CaseSpec long_prefill = base;  // a block's shared cos/sin must not grow with the sequence
+    long_prefill.batch = 1;
+    long_prefill.seq = 2048;
+    long_prefill.q_heads = 2;
+    long_prefill.k_heads = 1;
+    long_prefill.positions.mode = PositionMode::BatchOffsets;
+    long_prefill.positions.values = {5};
+    cases.push_back(long_prefill);
     CaseSpec adversarial = base;
     adversarial.fill = Fill::Adversarial;
     cases.push_back(adversarial);

@@ -235,7 +235,10 @@ typedef struct rope_params {
      * device allocation, except that positions in device memory are not read (that would
      * synchronize): a position outside [0, cache_len) reads the nearest cache row, never memory
      * outside the cache. The driver (libcuda.so.1) is loaded at the first CUDA call; without
-     * one the call returns ROPE_ERR_DEVICE.
+     * one the call returns ROPE_ERR_DEVICE. The first call of each kernel on a context loads
+     * its module, and with the driver's lazy loading (CUDA_MODULE_LOADING=LAZY, the default
+     * since CUDA 12.2) that load may wait for work already on the context: an engine that needs
+     * even that call asynchronous (a CUDA graph capture, say) makes one call of each shape first.
      */
     rope_device device;
     void *stream;             /**< CUDA: a CUstream / cudaStream_t, or NULL */

@@ -20,6 +20,7 @@ enum class CallFailure : int {
     ParallelLoop,  ///< an engine's runner or a task returned non-zero (detail: that value)
     OutOfMemory,   ///< halide_malloc could not allocate (detail: the bytes asked for)
     ThreadStart,   ///< a worker of the library's pool could not be started (detail: the errno)
+    RuntimeError,  ///< the Halide runtime reported an error (a CUDA launch, ...); its message is in the report
 };
 
 /// Everything one call carries into the Halide runtime hooks (passed as user_context). Fields

@@ -62,6 +62,12 @@ public:
     }
     static void disarm() {
         fail_at_ = -1;
+        report_error_ = false;
+    }
+    /// Makes every allocation from now on report a Halide runtime error first (and then succeed):
+    /// what the CUDA runtime does when a launch fails.
+    static void arm_runtime_error() {
+        report_error_ = true;
     }
     static int calls() {
         return calls_.load();
@@ -69,6 +75,9 @@ public:
 
 private:
     static void *allocate(void *user_context, size_t bytes) {
+        if (report_error_.load()) {
+            halide_error(user_context, "injected runtime error");
+        }
         if (calls_.fetch_add(1) == fail_at_.load()) {
             return nullptr;
         }
@@ -77,6 +86,7 @@ private:
 
     static inline std::atomic<int> calls_{0};
     static inline std::atomic<int> fail_at_{-1};
+    static inline std::atomic<bool> report_error_{false};
     static inline const halide_malloc_t next_ = halide_set_custom_malloc(&InjectedAllocator::allocate);
 };
 
@@ -218,6 +228,33 @@ TEST_F(FaultTest, FailedAllocationInsideAKernelSkipsEveryLaterLoop) {
             ASSERT_EQ(failing.run(kernel_runner(variant->kernel)), ROPE_OK) << failing.report().message;
             EXPECT_TRUE(agree(failing, good));
         }
+    }
+}
+
+// The kernels have no asserts, so a Halide runtime error (on a GPU: a launch that fails) does not
+// stop one: the error handler records it and the call returns a status naming it.
+TEST_F(FaultTest, HalideRuntimeErrorInsideAKernelIsAStatus) {
+    const std::vector<ScheduleVariant> variants = schedule_variants();
+    const auto variant = std::find_if(variants.begin(), variants.end(), [](const ScheduleVariant &v) {
+        return v.kernel.source == ROPE_SOURCE_CACHE && contains(v.knobs.c_str(), "cos_sin_at=root");
+    });
+    ASSERT_NE(variant, variants.end()) << "tests/stress/CMakeLists.txt builds a cache-source kernel with root tables";
+    if (const std::string reason = unsupported_reason(variant->kernel); !reason.empty()) {
+        GTEST_SKIP() << reason;
+    }
+    for (const CaseSpec &spec : varied_cases(variant->kernel, 17)) {
+        CaseSpec c = spec;
+        c.num_threads = 1;
+        SCOPED_TRACE(c.describe());
+        RopeCall failing(c);
+        InjectedAllocator::arm_runtime_error();
+        EXPECT_EQ(failing.run(kernel_runner(variant->kernel)), ROPE_ERR_INTERNAL);
+        EXPECT_TRUE(contains(failing.report().message, "failed in the Halide runtime: Halide: injected runtime error"))
+            << failing.report().message;
+        EXPECT_TRUE(failing.check_all_unchanged()) << "the loops after the error are skipped";
+        InjectedAllocator::disarm();
+        ASSERT_EQ(failing.run(kernel_runner(variant->kernel)), ROPE_OK) << failing.report().message;
+        EXPECT_TRUE(failing.check_outputs());
     }
 }
 

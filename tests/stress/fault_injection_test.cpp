@@ -187,17 +187,24 @@ TEST_F(FaultTest, FailedScratchReservationIsReportedAndWritesNothing) {
     }
 }
 
+// The cache-source kernel generated with a root cos/sin table: the one kernel that allocates
+// inside itself, beyond what the dispatcher reserves (null if the build has none).
+const ScheduleVariant *root_table_cache_variant() {
+    static const std::vector<ScheduleVariant> variants = schedule_variants();
+    const auto variant = std::find_if(variants.begin(), variants.end(), [](const ScheduleVariant &v) {
+        return v.kernel.source == ROPE_SOURCE_CACHE && contains(v.knobs.c_str(), "cos_sin_at=root");
+    });
+    return variant == variants.end() ? nullptr : &*variant;
+}
+
 // A kernel whose own allocation fails (here a cache-source kernel generated with a root cos/sin
 // table, which the dispatcher does not reserve) gets an unusable block instead of null, and
 // every later parallel loop of the call is skipped, so nothing is written. A decode step split
 // into parts runs a kernel per part at once: the part that failed writes nothing, the others may
 // have written their outputs (the call's message says which part failed).
 TEST_F(FaultTest, FailedAllocationInsideAKernelSkipsEveryLaterLoop) {
-    const std::vector<ScheduleVariant> variants = schedule_variants();
-    const auto variant = std::find_if(variants.begin(), variants.end(), [](const ScheduleVariant &v) {
-        return v.kernel.source == ROPE_SOURCE_CACHE && contains(v.knobs.c_str(), "cos_sin_at=root");
-    });
-    ASSERT_NE(variant, variants.end()) << "tests/stress/CMakeLists.txt builds a cache-source kernel with root tables";
+    const ScheduleVariant *variant = root_table_cache_variant();
+    ASSERT_NE(variant, nullptr) << "tests/stress/CMakeLists.txt builds a cache-source kernel with root tables";
     if (const std::string reason = unsupported_reason(variant->kernel); !reason.empty()) {
         GTEST_SKIP() << reason;
     }
@@ -234,11 +241,8 @@ TEST_F(FaultTest, FailedAllocationInsideAKernelSkipsEveryLaterLoop) {
 // The kernels have no asserts, so a Halide runtime error (on a GPU: a launch that fails) does not
 // stop one: the error handler records it and the call returns a status naming it.
 TEST_F(FaultTest, HalideRuntimeErrorInsideAKernelIsAStatus) {
-    const std::vector<ScheduleVariant> variants = schedule_variants();
-    const auto variant = std::find_if(variants.begin(), variants.end(), [](const ScheduleVariant &v) {
-        return v.kernel.source == ROPE_SOURCE_CACHE && contains(v.knobs.c_str(), "cos_sin_at=root");
-    });
-    ASSERT_NE(variant, variants.end()) << "tests/stress/CMakeLists.txt builds a cache-source kernel with root tables";
+    const ScheduleVariant *variant = root_table_cache_variant();
+    ASSERT_NE(variant, nullptr) << "tests/stress/CMakeLists.txt builds a cache-source kernel with root tables";
     if (const std::string reason = unsupported_reason(variant->kernel); !reason.empty()) {
         GTEST_SKIP() << reason;
     }

@@ -65,15 +65,16 @@ struct RotatedTensorFuncs {
     Halide::OutputImageParam output; ///< the rotated output's buffer, whose strides pick the layout
 };
 
-/// Knobs of the CUDA schedule: one thread block per token tile, a thread per pair vector and head.
+/// Knobs of the CUDA schedule: one thread block per (tile of a sequence's tokens, batch item), a
+/// thread per pair vector and head.
 struct GpuSchedule {
     int vector_pairs;       ///< pairs per thread (fixed head_dim): one 16-byte load of each lane of a pair
     int threads_per_block;  ///< threads of a block, spread over the pair vectors of a head, then heads
     int pair_threads;       ///< threads along a head's pairs when head_dim is only known at run time
-    int tokens_per_block;   ///< tokens of one block (cos/sin of each computed once, shared by every head)
+    int tokens_per_block;   ///< tokens of one sequence per block (cos/sin of each computed once, shared by every head)
 };
 
-/// Schedules q and k (in that order) as one CUDA kernel launch: blocks over token tiles, threads
+/// Schedules q and k (in that order) as one CUDA kernel launch: blocks over (sequence tile, batch), threads
 /// over (pair vector, head), k computed with q. `fixed_pairs` is P of a fixed head_dim kernel (0
 /// when head_dim comes at run time). Loop nests are specialized on `positions_given` and, when
 /// defined, `narrow_tables` (cache source of a 16-bit kernel), so each reads only what it uses.

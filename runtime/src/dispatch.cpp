@@ -239,8 +239,6 @@ size_t kernel_scratch_bytes(const ValidCall &call, int64_t batch, int64_t seq) {
            2 * scratch_slot_bytes(table);
 }
 
-// What went wrong inside a kernel, and what it means for the outputs. Only a failure of a loop
-// that had already started (an engine's runner or a task) can leave outputs partly written.
 // The message a Halide runtime error left in the report (see report_halide_error), or "".
 std::string halide_message(const rope_report *report) {
     if (report == nullptr || report->struct_size < sizeof(rope_report) || report->message[0] == '\0') {
@@ -249,6 +247,9 @@ std::string halide_message(const rope_report *report) {
     return std::string(": ") + report->message;
 }
 
+// What went wrong inside a kernel, and what it means for the outputs. Only a failure of a loop
+// that had already started (an engine's runner or a task) or a runtime error (a CUDA launch: the
+// launches after it are not skipped) can leave outputs partly written.
 std::string failure_message(const CallContext &context, const KernelEntry &kernel, bool earlier_slices_written) {
     const int64_t detail = context.failure_detail();
     const std::string written = earlier_slices_written ? "; the slices of the call before it were written"
@@ -262,8 +263,9 @@ std::string failure_message(const CallContext &context, const KernelEntry &kerne
                std::error_code(static_cast<int>(detail), std::generic_category()).message() +
                "); the pool goes on with the threads it has" + written;
     case CallFailure::RuntimeError:
-        return "kernel " + std::string(kernel.name) + " failed in the Halide runtime" + halide_message(context.report) +
-               "; outputs may be partly written";
+        return "kernel " + std::string(kernel.name) + " failed" + halide_message(context.report) +
+               "; outputs may be partly written" +
+               (earlier_slices_written ? ", and the launches for earlier slices of the call were enqueued" : "");
     default:
         return "a parallel loop of kernel " + std::string(kernel.name) + " failed with " + std::to_string(detail) +
                " (returned by the engine's parallel runner or a task); outputs may be partly written";

@@ -6,9 +6,10 @@
 //
 // The kernels are built without asserts: they neither check halide_malloc's result nor the
 // result of a parallel loop, and run on. So every failure is recorded in the call's CallContext
-// and every later parallel loop of that call is skipped; since every output of a kernel is
+// and every later parallel loop of that call is skipped; since every output of a CPU kernel is
 // written inside a parallel loop, a failure seen before the first output loop starts leaves the
-// outputs untouched.
+// outputs untouched. A CUDA kernel's launches are no parallel loops: after a runtime error (a
+// failed launch) the later launches still run, and the call says outputs may be partly written.
 #include <HalideRuntime.h>
 #include <pthread.h>
 #include <sys/mman.h>

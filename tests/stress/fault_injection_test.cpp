@@ -187,6 +187,16 @@ TEST_F(FaultTest, FailedScratchReservationIsReportedAndWritesNothing) {
     }
 }
 
+// Whether the dispatcher splits the call into decode parts, one kernel each: a decode step with a
+// divisor of the batch in [2, num_threads].
+bool runs_as_decode_parts(const CaseSpec &c) {
+    bool parts_found = false;
+    for (int32_t parts = 2; c.seq == 1 && parts <= c.num_threads; parts++) {
+        parts_found = parts_found || c.batch % parts == 0;
+    }
+    return parts_found;
+}
+
 // The cache-source kernel generated with a root cos/sin table: the one kernel that allocates
 // inside itself, beyond what the dispatcher reserves (null if the build has none).
 const ScheduleVariant *root_table_cache_variant() {
@@ -225,10 +235,7 @@ TEST_F(FaultTest, FailedAllocationInsideAKernelSkipsEveryLaterLoop) {
             InjectedAllocator::arm(0);
             EXPECT_EQ(failing.run(kernel_runner(variant->kernel)), ROPE_ERR_INTERNAL);
             EXPECT_TRUE(contains(failing.report().message, "could not allocate")) << failing.report().message;
-            bool decode_parts = false;  // a divisor of the batch in [2, num_threads]: the step's parts
-            for (int32_t parts = 2; c.seq == 1 && parts <= c.num_threads; parts++) {
-                decode_parts = decode_parts || c.batch % parts == 0;
-            }
+            const bool decode_parts = runs_as_decode_parts(c);
             EXPECT_EQ(contains(failing.report().message, "of the decode step"), decode_parts) << failing.report().message;
             EXPECT_TRUE(decode_parts ? failing.check_untouched_outside_outputs() : failing.check_all_unchanged());
             InjectedAllocator::disarm();
@@ -247,18 +254,22 @@ TEST_F(FaultTest, HalideRuntimeErrorInsideAKernelIsAStatus) {
         GTEST_SKIP() << reason;
     }
     for (const CaseSpec &spec : varied_cases(variant->kernel, 17)) {
-        CaseSpec c = spec;
-        c.num_threads = 1;
-        SCOPED_TRACE(c.describe());
-        RopeCall failing(c);
-        InjectedAllocator::arm_runtime_error();
-        EXPECT_EQ(failing.run(kernel_runner(variant->kernel)), ROPE_ERR_INTERNAL);
-        EXPECT_TRUE(contains(failing.report().message, "failed in the Halide runtime: Halide: injected runtime error"))
-            << failing.report().message;
-        EXPECT_TRUE(failing.check_all_unchanged()) << "the loops after the error are skipped";
-        InjectedAllocator::disarm();
-        ASSERT_EQ(failing.run(kernel_runner(variant->kernel)), ROPE_OK) << failing.report().message;
-        EXPECT_TRUE(failing.check_outputs());
+        for (const int32_t num_threads : {1, 3}) {
+            CaseSpec c = spec;
+            c.num_threads = num_threads;
+            SCOPED_TRACE(c.describe());
+            RopeCall failing(c);
+            InjectedAllocator::arm_runtime_error();
+            EXPECT_EQ(failing.run(kernel_runner(variant->kernel)), ROPE_ERR_INTERNAL);
+            EXPECT_TRUE(contains(failing.report().message, "failed: Halide: injected runtime error"))
+                << failing.report().message;
+            const bool decode_parts = runs_as_decode_parts(c);
+            EXPECT_EQ(contains(failing.report().message, "of the decode step"), decode_parts) << failing.report().message;
+            EXPECT_TRUE(failing.check_all_unchanged()) << "every part's loops after its error are skipped";
+            InjectedAllocator::disarm();
+            ASSERT_EQ(failing.run(kernel_runner(variant->kernel)), ROPE_OK) << failing.report().message;
+            EXPECT_TRUE(failing.check_outputs());
+        }
     }
 }
 

@@ -14,7 +14,8 @@
  *    leaves every output buffer untouched: all arguments are validated, positions included,
  *    before any kernel runs.
  *  - CUDA calls (rope_params.device, below) run on the caller's context and stream, with the
- *    caller's device pointers, and never synchronize.
+ *    caller's device pointers, and never synchronize. A launch that fails returns
+ *    ROPE_ERR_DEVICE; the call's other launches still run, so outputs may be partly written.
  *  - rope_dispatch() is thread-safe and re-entrant. A computed-source call reserves its cos/sin
  *    scratch in one allocation before any kernel runs; if that fails, or a worker thread of the
  *    library's pool cannot start, the call returns ROPE_ERR_INTERNAL with every output untouched.

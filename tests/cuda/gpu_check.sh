@@ -1,0 +1,38 @@
+#!/bin/bash
+# The GPU checks of a release build, for a machine with a CUDA GPU that has the two binaries but
+# not the build tree (a lent machine; carry build/release/tests/cuda/ropegen_cuda_test,
+# build/release/bench/rope_cuda_bench and, where the machine lacks it, Debian's
+# libbenchmark.so.1debian on LD_LIBRARY_PATH). Writes its logs and the bench JSON to OUT_DIR
+# (default gpu_check/) and prints a summary: the CUDA tests against the fp64 oracle, memcheck and
+# racecheck on a sample of kernels (when compute-sanitizer is there), then rope_cuda_bench.
+# Usage: tests/cuda/gpu_check.sh [BUILD_DIR] [OUT_DIR]
+set -u
+build=${1:-build/release}
+out=${2:-gpu_check}
+mkdir -p "$out"
+tests=$build/tests/cuda/ropegen_cuda_test
+bench=$build/bench/rope_cuda_bench
+start=$(date +%s)
+stamp() { echo "== $1: exit $2, at +$(( $(date +%s) - start )) s"; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
+timeout 300 "$tests" --gtest_output="xml:$out/cuda_test.xml" > "$out/cuda_test.log" 2>&1
+stamp "CUDA tests ($out/cuda_test.log)" $?
+grep -E "^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ tests?" "$out/cuda_test.log"
+grep -A6 "Failure" "$out/cuda_test.log" | cut -c1-220 | head -40
+
+if command -v compute-sanitizer > /dev/null; then
+    sample='CudaDispatch.*:CudaKernels/*half_cache_d128_bf16__cuda_sm86:CudaKernels/*interleaved_precise_dany_f32__cuda_sm86'
+    # The host-pointer test makes cuMemGetAddressRange fail on purpose: one API error is expected.
+    timeout 120 compute-sanitizer --tool memcheck "$tests" --gtest_filter="$sample" > "$out/memcheck.log" 2>&1
+    stamp "memcheck ($out/memcheck.log)" $?
+    grep -E "ERROR SUMMARY" "$out/memcheck.log"
+    timeout 120 compute-sanitizer --tool racecheck "$tests" --gtest_filter="$sample" > "$out/racecheck.log" 2>&1
+    stamp "racecheck ($out/racecheck.log)" $?
+    grep -E "RACECHECK SUMMARY" "$out/racecheck.log"
+fi
+
+timeout 300 "$bench" --benchmark_min_time=0.03 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+    --benchmark_format=json --benchmark_out="$out/cuda_bench.json" > "$out/cuda_bench.txt" 2>&1
+stamp "rope_cuda_bench ($out/cuda_bench.json)" $?
+grep -E "^#|rope_cuda_bench:" "$out/cuda_bench.txt" | cut -c1-250

@@ -73,33 +73,62 @@ bool same_view(const rope_tensor &a, const rope_tensor &b) {
            std::memcmp(a.strides, b.strides, sizeof(a.strides)) == 0;
 }
 
-int64_t floor_div(int64_t a, int64_t b) {  // b > 0
-    return a >= 0 ? a / b : -((-a + b - 1) / b);
+using Wide = __int128;  // products of two 64-bit values, and sums of such products, fit
+
+// sum over i in [0, n) of floor((a*i + b) / m), for n >= 0, m > 0, a >= 0, b >= 0, in O(log m)
+// steps: the Euclid-like reduction that swaps the roles of a and m. Every term is nonnegative, so
+// no partial sum exceeds the whole.
+Wide floor_sum(Wide n, Wide m, Wide a, Wide b) {
+    Wide sum = 0;
+    while (true) {
+        if (a >= m) {
+            sum += n * (n - 1) / 2 * (a / m);
+            a %= m;
+        }
+        if (b >= m) {
+            sum += n * (b / m);
+            b %= m;
+        }
+        const Wide top = a * n + b;
+        if (top < m) {
+            return sum;
+        }
+        n = top / m;
+        b = top % m;
+        std::swap(m, a);
+    }
 }
 
-// True when some db*sb + ds*ss with |db| < nb and |ds| < ns lies in the open interval (lo, hi).
-// Walks the shorter axis and solves for the other; an axis of size 1 contributes only 0.
-bool token_difference_in(int64_t sb, int64_t nb, int64_t ss, int64_t ns, int64_t lo, int64_t hi) {
-    if (nb > ns) {
-        std::swap(sb, ss);
-        std::swap(nb, ns);
+// The number of (x, y) with 0 <= x < nx, 0 <= y < ny and sx*x + sy*y <= t (sx, sy >= 0).
+Wide lattice_points_up_to(Wide sx, Wide nx, Wide sy, Wide ny, Wide t) {
+    if (t < 0) {
+        return 0;
     }
-    for (int64_t db = -(nb - 1); db <= nb - 1; db++) {
-        const int64_t base = db * sb;
-        if (ns == 1) {
-            if (lo < base && base < hi) {
-                return true;
-            }
-            continue;
-        }
-        // ss > 0 here: the smallest ds whose offset is above lo, clamped into range.
-        const int64_t ds = std::max(floor_div(lo - base, ss) + 1, -(ns - 1));
-        if (ds <= ns - 1 && base + ds * ss < hi) {
-            return true;
-        }
+    if (sx == 0 || sy == 0) {
+        const auto up_to = [t](Wide stride, Wide n) { return stride == 0 ? n : std::min(n, t / stride + 1); };
+        return up_to(sx, nx) * up_to(sy, ny);
     }
-    return false;
+    // Columns x below x_full hold all ny points; those from x_full up to x_some hold
+    // floor((t - sx*x) / sy) + 1 of them, a floor sum once x runs downwards from x_some - 1.
+    const Wide rest = t - (ny - 1) * sy;
+    const Wide x_full = rest < 0 ? 0 : std::min(nx, rest / sx + 1);
+    const Wide x_some = std::min(nx, t / sx + 1);
+    const Wide columns = x_some - x_full;
+    return x_full * ny + columns + floor_sum(columns, sy, sx, t - sx * (x_some - 1));
 }
+
+}  // namespace
+
+bool token_lattice_meets(int64_t sb, int64_t nb, int64_t ss, int64_t ns, int64_t lo, int64_t hi) {
+    // Shifted to x = db + nb - 1 in [0, 2nb - 1) and y = ds + ns - 1 in [0, 2ns - 1), the value
+    // grows by shift; the points strictly between lo and hi are those up to hi - 1 less those up
+    // to lo. Counting, not walking an axis: sizes of 2^30 each cost as little as sizes of 2.
+    const Wide shift = Wide{sb} * (nb - 1) + Wide{ss} * (ns - 1);
+    const Wide nx = 2 * Wide{nb} - 1, ny = 2 * Wide{ns} - 1;
+    return lattice_points_up_to(sb, nx, ss, ny, Wide{hi} - 1 + shift) > lattice_points_up_to(sb, nx, ss, ny, Wide{lo} + shift);
+}
+
+namespace {
 
 // True when two views share no element. Views with the same batch and seq strides (views into
 // one buffer: packed QKV, a KV cache) are compared exactly on their token lattice, each token's
@@ -121,7 +150,7 @@ bool disjoint(const rope_tensor &a, const rope_tensor &b) {
     const int64_t delta = byte_delta / element;
     // Overlap needs tokens ta, tb and offsets x in [0, span_a), y in [0, span_b) with
     // ta + x = tb + delta + y, i.e. ta - tb in (delta - span_a, delta + span_b).
-    return !token_difference_in(a.strides[0], a.sizes[0], a.strides[1], a.sizes[1], delta - token_span(a),
+    return !token_lattice_meets(a.strides[0], a.sizes[0], a.strides[1], a.sizes[1], delta - token_span(a),
                                 delta + token_span(b));
 }
 

@@ -10,11 +10,13 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "internal/enum_value.h"
+#include "internal/validate.h"
 #include "support/kernels.h"
 #include "support/rope_case.h"
 
@@ -463,6 +465,70 @@ TEST_F(Validation, PackedQkvViewsAreNotAnOverlap) {
     CaseSpec c = valid_case();
     c.memory = Memory::PackedQkvInPlace;
     expect_correct(c, dispatch_runner());
+}
+
+// Views too large to exist, with the token lattice of packed views (equal batch and seq strides)
+// and 2^30 x 2^29 tokens: one bf16 lane pair per token, 4 elements apart, so an output 2 elements
+// further is disjoint and one 1 element further overlaps. Decided exactly without walking an axis
+// (the walk took seconds per pair of views, minutes under a sanitizer).
+TEST(ValidationHugeLattice, DisjointAndOverlappingViewsOfTwoPow59Tokens) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_COMPAT, ROPE_DTYPE_BF16, 2);
+    static uint16_t storage[16];  // never touched: a query reads no tensor data
+    const auto view = [](int64_t offset) {
+        rope_tensor t{};
+        t.data = storage + offset;
+        t.dtype = ROPE_DTYPE_BF16;
+        const int64_t sizes[4] = {int64_t{1} << 30, int64_t{1} << 29, 1, 2};
+        const int64_t strides[4] = {int64_t{1} << 31, 4, 4, 1};
+        std::memcpy(t.sizes, sizes, sizeof(sizes));
+        std::memcpy(t.strides, strides, sizeof(strides));
+        return t;
+    };
+    rope_params p = rope_params_init();
+    p.angles.source = ROPE_SOURCE_COMPAT;
+    p.q = view(0);
+    for (const auto &[offset, expected] : {std::pair{2, ROPE_OK}, std::pair{1, ROPE_ERR_OVERLAP}, std::pair{6, ROPE_OK}}) {
+        p.q_out = view(offset);
+        rope_report report = rope_report_init();
+        EXPECT_EQ(rope_query(&p, &report), expected) << "q_out " << offset << " elements after q: " << report.message;
+    }
+}
+
+// The lattice test of the validation (db*sb + ds*ss strictly between lo and hi, |db| < nb,
+// |ds| < ns) against a walk over every point, on small random instances: zero strides, strides
+// that divide each other and ones that do not, intervals around, inside and beyond the lattice.
+TEST(ValidationHugeLattice, LatticeTestMatchesAWalkOverEveryPoint) {
+    std::mt19937_64 random(20261126);
+    const auto draw = [&](int64_t low, int64_t high) {
+        return std::uniform_int_distribution<int64_t>(low, high)(random);
+    };
+    for (int i = 0; i < 200000; i++) {
+        const int64_t sb = draw(0, 40), nb = draw(1, 9), ss = draw(0, 40), ns = draw(1, 9);
+        const int64_t lo = draw(-500, 500), hi = lo + draw(0, 60);
+        bool meets = false;
+        for (int64_t db = 1 - nb; db < nb && !meets; db++) {
+            for (int64_t ds = 1 - ns; ds < ns && !meets; ds++) {
+                meets = lo < db * sb + ds * ss && db * sb + ds * ss < hi;
+            }
+        }
+        ASSERT_EQ(token_lattice_meets(sb, nb, ss, ns, lo, hi), meets)
+            << "sb=" << sb << " nb=" << nb << " ss=" << ss << " ns=" << ns << " lo=" << lo << " hi=" << hi;
+    }
+}
+
+// Sizes of 2^30 and strides near the limits, where the answers are known: every even value in
+// range is a point, no odd one is; nothing lies beyond the largest point.
+TEST(ValidationHugeLattice, LatticeTestAtTwoPow30Sizes) {
+    const int64_t sb = int64_t{1} << 31, nb = int64_t{1} << 30, ss = 2, ns = int64_t{1} << 30;
+    const int64_t largest = sb * (nb - 1) + ss * (ns - 1);
+    EXPECT_TRUE(token_lattice_meets(sb, nb, ss, ns, 4095, 4097));
+    EXPECT_FALSE(token_lattice_meets(sb, nb, ss, ns, 4096, 4098));
+    EXPECT_TRUE(token_lattice_meets(sb, nb, ss, ns, -largest - 1, -largest + 1));
+    EXPECT_TRUE(token_lattice_meets(sb, nb, ss, ns, largest - 1, largest + 1));
+    EXPECT_FALSE(token_lattice_meets(sb, nb, ss, ns, largest, std::numeric_limits<int64_t>::max()));
+    EXPECT_FALSE(token_lattice_meets(sb, nb, ss, ns, std::numeric_limits<int64_t>::min(), -largest));
+    // Strides with no common factor: every integer is a point once both axes are long enough.
+    EXPECT_TRUE(token_lattice_meets(1000003, nb, 999983, ns, 12345, 12347));
 }
 
 // --- enums ---------------------------------------------------------------------------------------

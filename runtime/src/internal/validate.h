@@ -41,6 +41,11 @@ struct ByteRange {
 };
 ByteRange byte_range(const rope_tensor &t);
 
+/// True when some db*sb + ds*ss with |db| < nb and |ds| < ns lies strictly between lo and hi
+/// (strides >= 0, sizes >= 1): whether two views with the same token lattice (batch and seq
+/// sizes and strides) share an element. Exact, in O(log) steps whatever the sizes.
+bool token_lattice_meets(int64_t sb, int64_t nb, int64_t ss, int64_t ns, int64_t lo, int64_t hi);
+
 /// Checks `params` against every rule; on failure returns the status and fills `message` with
 /// the argument, its value and the rule.
 rope_status validate(const rope_params *params, ValidCall *call, std::string *message);

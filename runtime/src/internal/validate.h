@@ -12,12 +12,12 @@ namespace ropegen {
 /// A call that passed validation, with defaults applied.
 struct ValidCall {
     rope_params params;  ///< the caller's struct, copied up to its struct_size, zero beyond
-    int64_t head_dim;
-    int32_t rotary_dim, rotary_offset;
-    bool has_k;
-    double base;
-    float attn_factor;           ///< with a scaling's derived attention factor (spec §6)
-    float beta_fast, beta_slow;  ///< YaRN, defaults applied
+    int64_t head_dim = 0;
+    int32_t rotary_dim = 0, rotary_offset = 0;
+    bool has_k = false;
+    double base = 0;
+    float attn_factor = 0;               ///< with a scaling's derived attention factor (spec §6)
+    float beta_fast = 0, beta_slow = 0;  ///< YaRN, defaults applied (0 for other scalings; kernels read them always)
 };
 
 /// True for the scalings whose frequencies follow each sequence's length (spec §6).

@@ -146,7 +146,9 @@ struct Workspace {
     size_t q_bytes, k_bytes;
     Bytes q, k, q_out, k_out;
     int64_t cache_len;
-    std::vector<float> cos, sin;           // [cache_len][head_dim / 2]
+    // [cache_len][head_dim / 2] f32, page-aligned like the tensors: an engine's tables are
+    // allocated aligned (PyTorch: 64 bytes). A row that straddles cache lines costs every load.
+    Bytes cos, sin;
     std::vector<int32_t> batch_offsets;    // position of each sequence's first token
     std::vector<int32_t> token_positions;  // every token's position, for the scalar loop
     std::map<int, double> memcpy_seconds;  // threads -> median memcpy time of q + k
@@ -154,6 +156,12 @@ struct Workspace {
 
     int64_t tokens() const {
         return shape->batch * shape->seq;
+    }
+    float *cos_table() const {
+        return reinterpret_cast<float *>(cos.get());
+    }
+    float *sin_table() const {
+        return reinterpret_cast<float *>(sin.get());
     }
     // What bytes_per_second counts: every element read once and written once.
     int64_t moved_bytes() const {
@@ -191,14 +199,19 @@ std::unique_ptr<Workspace> make_workspace(const Shape &shape, const DtypeInfo &d
 
     // spec §1 with base 10000 and R = head_dim, in f64 (the values do not affect the speed).
     const int64_t pairs = shape.head_dim / 2;
-    ws->cos.resize(static_cast<size_t>(ws->cache_len * pairs));
-    ws->sin.resize(ws->cos.size());
+    const size_t table_bytes = static_cast<size_t>(ws->cache_len * pairs) * sizeof(float);
+    ws->cos = allocate(table_bytes);
+    ws->sin = allocate(table_bytes);
+    if (!ws->cos || !ws->sin) {
+        return nullptr;
+    }
+    float *cos = ws->cos_table(), *sin = ws->sin_table();
     for (int64_t position = 0; position < ws->cache_len; position++) {
         for (int64_t i = 0; i < pairs; i++) {
             const double angle = static_cast<double>(position) *
                                  std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(shape.head_dim));
-            ws->cos[static_cast<size_t>(position * pairs + i)] = static_cast<float>(std::cos(angle));
-            ws->sin[static_cast<size_t>(position * pairs + i)] = static_cast<float>(std::sin(angle));
+            cos[position * pairs + i] = static_cast<float>(std::cos(angle));
+            sin[position * pairs + i] = static_cast<float>(std::sin(angle));
         }
     }
     return ws;
@@ -268,8 +281,8 @@ ScalarRopeArgs scalar_args(const Workspace &ws, rope_style style) {
     args.q_out = ws.q_out.get();
     args.k_out = ws.k_out.get();
     args.positions = ws.token_positions.data();
-    args.cos = ws.cos.data();
-    args.sin = ws.sin.data();
+    args.cos = ws.cos_table();
+    args.sin = ws.sin_table();
     return args;
 }
 
@@ -339,8 +352,8 @@ rope_params params_for(const Workspace &ws, const Case &c) {
     params.positions.data = ws.batch_offsets.data();
     params.positions.strides[0] = 1;
     params.angles.source = c.source->source;
-    params.angles.cos_cache = ws.cos.data();
-    params.angles.sin_cache = ws.sin.data();
+    params.angles.cos_cache = ws.cos_table();
+    params.angles.sin_cache = ws.sin_table();
     params.angles.cache_len = ws.cache_len;
     // 1: the calling thread only; 0: g_all_threads threads, on pool() (run_on_pool).
     params.num_threads = c.threads == 1 ? 1 : 0;

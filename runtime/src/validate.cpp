@@ -132,9 +132,8 @@ namespace {
 
 // True when two views share no element. Views with the same batch and seq strides (views into
 // one buffer: packed QKV, a KV cache) are compared exactly on their token lattice, each token's
-// heads taken as one contiguous span; any other pair is judged by its byte range.
-bool disjoint(const rope_tensor &a, const rope_tensor &b) {
-    const ByteRange ra = byte_range(a), rb = byte_range(b);
+// heads taken as one contiguous span; any other pair is judged by its byte range (ra, rb).
+bool disjoint(const rope_tensor &a, const ByteRange &ra, const rope_tensor &b, const ByteRange &rb) {
     if (ra.empty || rb.empty || ra.last < rb.first || rb.last < ra.first) {
         return true;
     }
@@ -400,6 +399,24 @@ void check_varlen(Failure &f, const rope_params &p, bool on_device) {
     }
 }
 
+struct PositionBounds {
+    int64_t least, greatest;
+};
+
+// The least and greatest entry of table[b][s] for b < batch, s < seq (both >= 1).
+template <typename Index>
+PositionBounds position_bounds(const Index *table, const rope_positions &pos, int64_t batch, int64_t seq) {
+    Index least = table[0], greatest = table[0];
+    for (int64_t b = 0; b < batch; b++) {
+        const Index *row = table + b * pos.strides[0];
+        for (int64_t s = 0; s < seq; s++) {
+            least = std::min(least, row[s * pos.strides[1]]);
+            greatest = std::max(greatest, row[s * pos.strides[1]]);
+        }
+    }
+    return {least, greatest};
+}
+
 void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64_t seq, int64_t limit,
                      const char *limit_rule, bool readable, const char *table_name = "positions.data",
                      const rope_varlen *varlen = nullptr) {
@@ -424,6 +441,18 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
         return pos.index_type == ROPE_INDEX_INT32 ? static_cast<const int32_t *>(pos.data)[index]
                                                   : static_cast<const int64_t *>(pos.data)[index];
     };
+    // The common case, every entry in range, is proven by the table's bounds alone, in a tight
+    // loop; the loops below then only run to find and name the first entry out of range.
+    if (pos.data != nullptr && readable && varlen == nullptr) {
+        const bool table = pos.kind == ROPE_POSITIONS_TABLE;
+        const PositionBounds bounds = pos.index_type == ROPE_INDEX_INT32
+                                          ? position_bounds(static_cast<const int32_t *>(pos.data), pos, batch, table ? seq : 1)
+                                          : position_bounds(static_cast<const int64_t *>(pos.data), pos, batch, table ? seq : 1);
+        const int64_t tokens_after_first = table ? 0 : seq - 1;  // an offset's sequence ends seq - 1 further on
+        if (bounds.least >= 0 && bounds.greatest < limit && tokens_after_first < limit - bounds.greatest) {
+            return;
+        }
+    }
     auto check = [&](int64_t first, int64_t last, const char *what, int64_t b, int64_t s) {
         if (first < 0) {
             f.fail(ROPE_ERR_POSITION_OUT_OF_RANGE) << what << "[" << b << "]" << (s >= 0 ? "[" + std::to_string(s) + "]" : "")
@@ -723,6 +752,10 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
         int out, other;
     };
     const Pair pairs[] = {{2, 0}, {2, 1}, {3, 1}, {3, 0}, {2, 3}};
+    ByteRange ranges[4] = {};
+    for (int i = 0; i < 4; i++) {
+        ranges[i] = (i % 2 == 0 || call->has_k) ? byte_range(*tensors[i]) : ByteRange{0, 0, true};
+    }
     for (const Pair &pair : pairs) {
         const bool uses_k = pair.out == 3 || pair.other == 1 || pair.other == 3;
         if (uses_k && !call->has_k) {
@@ -730,7 +763,7 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
         }
         const rope_tensor &out = *tensors[pair.out], &other = *tensors[pair.other];
         const bool own_input = pair.other == pair.out - 2;
-        if ((own_input && same_view(out, other)) || disjoint(out, other)) {
+        if ((own_input && same_view(out, other)) || disjoint(out, ranges[pair.out], other, ranges[pair.other])) {
             continue;
         }
         f.fail(ROPE_ERR_OVERLAP) << kTensorNames[pair.out] << " partially overlaps " << kTensorNames[pair.other]

@@ -358,6 +358,46 @@ TEST_F(Validation, OffsetRunsPastCacheLen) {
     EXPECT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
 }
 
+// Random tables, a few entries out of range, against the rule applied entry by entry: the check
+// bounds the whole table first and walks it only to name the first bad entry, which must be the
+// one the message gives.
+TEST_F(Validation, PositionChecksAgreeWithTheRuleEntryByEntry) {
+    std::mt19937_64 rng(7);
+    const int64_t limit = valid().angles.cache_len;
+    for (int trial = 0; trial < 2000; trial++) {
+        const bool table = trial % 2 == 0, wide = trial % 4 >= 2;
+        const int64_t entries = table ? kBatch * kSeq : kBatch;
+        const int64_t last_token = table ? 0 : kSeq - 1;  // an offset covers its sequence's tokens
+        std::vector<int64_t> values(static_cast<size_t>(entries));
+        for (int64_t &value : values) {
+            const bool stray = rng() % 4 == 0;
+            value = stray ? static_cast<int64_t>(rng() % 5) - 2 + (rng() % 2 ? limit - last_token : 0)
+                          : static_cast<int64_t>(rng() % static_cast<uint64_t>(limit - last_token));
+        }
+        int64_t first_bad = -1;
+        for (int64_t i = 0; i < entries && first_bad < 0; i++) {
+            const int64_t v = values[static_cast<size_t>(i)];
+            first_bad = v < 0 || v + last_token >= limit ? i : -1;
+        }
+        rope_params p = valid();
+        p.positions = rope_positions{};
+        p.positions.kind = table ? ROPE_POSITIONS_TABLE : ROPE_POSITIONS_OFFSET;
+        p.positions.index_type = wide ? ROPE_INDEX_INT64 : ROPE_INDEX_INT32;
+        p.positions.data = wide ? positions64(values) : positions32(std::vector<int32_t>(values.begin(), values.end()));
+        p.positions.strides[0] = table ? kSeq : 1;
+        p.positions.strides[1] = 1;
+        SCOPED_TRACE("trial " + std::to_string(trial));
+        if (first_bad < 0) {
+            rope_report report = rope_report_init();
+            EXPECT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+            continue;
+        }
+        const std::string entry = table ? "[" + std::to_string(first_bad / kSeq) + "][" + std::to_string(first_bad % kSeq) + "]"
+                                        : " (offsets)[" + std::to_string(first_bad) + "]";
+        expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE, {"positions.data" + entry});
+    }
+}
+
 TEST_F(Validation, CacheLenNotPositive) {
     for (int64_t cache_len : {0, -1}) {
         rope_params p = valid();

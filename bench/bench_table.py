@@ -6,7 +6,7 @@
     bench/bench_table.py results.json                 # prints, and rewrites the README section
     bench/bench_table.py results.json --no-readme     # prints only
 
-Benchmark names are "kind/key:value/..." (kind: rope, memcpy, copy, scalar, call); the ratios pair a
+Benchmark names are "kind/key:value/..." (kind: rope, rope_inplace, memcpy, copy, scalar, scalar_inplace, call); the ratios pair a
 rope row with the memcpy and scalar rows of the same shape, dtype (style) and thread count.
 With --benchmark_repetitions the "median" aggregate is used. Python standard library only.
 """
@@ -102,8 +102,8 @@ class Results:
         ratio = run.get("memcpy_ratio_counter")  # the in-process measurement, when no memcpy row ran
         return ratio * run["seconds"] if ratio else None
 
-    def scalar_seconds(self, run):
-        baseline = self.find("scalar", run, source=None)
+    def scalar_seconds(self, run, kind="scalar"):
+        baseline = self.find(kind, run, source=None)
         return baseline["seconds"] if baseline else None
 
 
@@ -123,10 +123,24 @@ def rope_table(results):
     return lines
 
 
+def in_place_table(results):
+    lines = ["| shape | dtype | style | source | threads | kernel | time | GB/s | vs memcpy | vs scalar in place "
+             "| in place / out of place |",
+             "|---|---|---|---|---|---|---:|---:|---:|---:|---:|"]
+    for run in results.of_kind("rope_inplace"):
+        out_of_place = results.find("rope", run)
+        lines.append(f"| {run['shape']} | {run['dtype']} | {run['style']} | {run['source']} | {run['threads']} "
+                     f"| `{run['label']}` | {fmt_time(run['seconds'])} | {fmt(run['gbps'], 1)} "
+                     f"| {fmt(ratio(results.memcpy_seconds(run), run['seconds']))} "
+                     f"| {fmt(ratio(results.scalar_seconds(run, 'scalar_inplace'), run['seconds']))} "
+                     f"| {fmt(ratio(run['seconds'], out_of_place['seconds'] if out_of_place else None))} |")
+    return lines
+
+
 def baseline_table(results):
     lines = ["| baseline | shape | dtype | style | threads | time | GB/s | vs memcpy |",
              "|---|---|---|---|---|---:|---:|---:|"]
-    for run in results.of_kind("memcpy") + results.of_kind("copy") + results.of_kind("scalar"):
+    for run in results.of_kind("memcpy") + results.of_kind("copy") + results.of_kind("scalar") + results.of_kind("scalar_inplace"):
         vs_memcpy = ratio(results.memcpy_seconds(run), run["seconds"])
         lines.append(f"| {run['kind']} | {run['shape']} | {run['dtype']} | {run.get('style') or '-'} "
                      f"| {run['threads']} | {fmt_time(run['seconds'])} | {fmt(run['gbps'], 1)} | {fmt(vs_memcpy)} |")
@@ -157,6 +171,7 @@ def acceptance(results):
     rope = results.of_kind("rope")
     prefill_f32 = [r for r in rope if r["shape"].startswith("prefill") and r["dtype"] == "f32" and r["source"] == "cache"]
     decode8 = [r for r in rope if r["shape"] == "decode_b8" and r["dtype"] == "f32" and r["source"] == "cache"]
+    decode8_in_place = [r for r in results.of_kind("rope_inplace") if r["shape"] == "decode_b8" and r["dtype"] == "f32"]
 
     def cases(runs, value):
         return [(case_text(run), run, value(run)) for run in runs]
@@ -178,6 +193,10 @@ def acceptance(results):
          cases(decode8, lambda r: ratio(r["seconds"], results.memcpy_seconds(r))), lambda run: True),
         ("decode batch-8 f32 time / scalar-loop time", ("<", 1.0),
          cases(decode8, lambda r: ratio(r["seconds"], results.scalar_seconds(r))), lambda run: True),
+        ("decode batch-8 f32 in place: time / memcpy time", ("<=", 1.5),
+         cases(decode8_in_place, lambda r: ratio(r["seconds"], results.memcpy_seconds(r))), lambda run: True),
+        ("decode batch-8 f32 in place: time / in-place scalar-loop time", ("<", 1.0),
+         cases(decode8_in_place, lambda r: ratio(r["seconds"], results.scalar_seconds(r, "scalar_inplace"))), lambda run: True),
         ("bf16 prefill time / f32 time", ("<=", 0.6),
          pair_cases("dtype", "bf16", "f32", lambda run: run["shape"].startswith("prefill")),
          lambda run: prefill_d128(run) and run["source"] == "cache" and run["style"] == "half"),
@@ -250,6 +269,7 @@ def report(doc, json_path, script_command):
              "`vs scalar` = scalar-loop time (same shape, dtype, style, threads) / time (> 1 = faster).", "",
              "### Acceptance targets", "", *acceptance_table(results), "",
              "### rope_dispatch", "", *rope_table(results), "",
+             "### rope_dispatch in place (q_out = q, k_out = k; decode steps)", "", *in_place_table(results), "",
              "### Baselines", "", *baseline_table(results), "",
              "### Cost of one call", "", *call_table(results)]
     if results.errors:

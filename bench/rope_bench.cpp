@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "copy_loop.h"
@@ -152,7 +153,7 @@ struct Workspace {
     std::vector<int32_t> batch_offsets;    // position of each sequence's first token
     std::vector<int32_t> token_positions;  // every token's position, for the scalar loop
     std::map<int, double> memcpy_seconds;  // threads -> median memcpy time of q + k
-    std::map<rope_style, std::string> scalar_check;  // style -> "" or why the scalar loop is wrong
+    std::map<std::pair<rope_style, bool>, std::string> scalar_check;  // (style, in place) -> "" or why the scalar loop is wrong
 
     int64_t tokens() const {
         return shape->batch * shape->seq;
@@ -269,7 +270,8 @@ void copy_qk(const Workspace &ws, int threads, CopyFunction copy = memcpy_bytes)
     });
 }
 
-ScalarRopeArgs scalar_args(const Workspace &ws, rope_style style) {
+// in_place: q and k are rotated where they lie (q_out = q, k_out = k).
+ScalarRopeArgs scalar_args(const Workspace &ws, rope_style style, bool in_place) {
     ScalarRopeArgs args{};
     args.dtype = ws.dtype->dtype;
     args.style = style;
@@ -278,8 +280,8 @@ ScalarRopeArgs scalar_args(const Workspace &ws, rope_style style) {
     args.head_dim = ws.shape->head_dim;
     args.q = ws.q.get();
     args.k = ws.k.get();
-    args.q_out = ws.q_out.get();
-    args.k_out = ws.k_out.get();
+    args.q_out = in_place ? ws.q.get() : ws.q_out.get();
+    args.k_out = in_place ? ws.k.get() : ws.k_out.get();
     args.positions = ws.token_positions.data();
     args.cos = ws.cos_table();
     args.sin = ws.sin_table();
@@ -338,14 +340,15 @@ rope_tensor bshd_view(void *data, const Workspace &ws, int64_t heads) {
     return tensor;
 }
 
-rope_params params_for(const Workspace &ws, const Case &c) {
+// in_place: q and k are rotated where they lie (q_out = q, k_out = k), as vLLM's decode does.
+rope_params params_for(const Workspace &ws, const Case &c, bool in_place = false) {
     rope_params params = rope_params_init();
     params.style = c.style->style;
     params.direction = ROPE_FORWARD;
     params.q = bshd_view(ws.q.get(), ws, ws.shape->q_heads);
     params.k = bshd_view(ws.k.get(), ws, ws.shape->k_heads);
-    params.q_out = bshd_view(ws.q_out.get(), ws, ws.shape->q_heads);
-    params.k_out = bshd_view(ws.k_out.get(), ws, ws.shape->k_heads);
+    params.q_out = in_place ? params.q : bshd_view(ws.q_out.get(), ws, ws.shape->q_heads);
+    params.k_out = in_place ? params.k : bshd_view(ws.k_out.get(), ws, ws.shape->k_heads);
     // position = offset[b] + s: a decode batch's per-sequence lengths, a prefill's 0.
     params.positions.kind = ROPE_POSITIONS_OFFSET;
     params.positions.index_type = ROPE_INDEX_INT32;
@@ -389,13 +392,16 @@ void set_counters(benchmark::State &state, const Workspace &ws, int threads, dou
 
 // ---- The benchmarks --------------------------------------------------------------------------
 
-void bm_rope(benchmark::State &state, const Case &c) {
+// rope_dispatch on the case's buffers, out of place or in place. In place, every call rotates q
+// and k again: rotations keep the values finite, so the speed is unaffected, and these rows run
+// after every other row of their workspace (register_all).
+void bm_rope(benchmark::State &state, const Case &c, bool in_place) {
     Workspace *ws = workspace_for(c);
     if (ws == nullptr) {
         state.SkipWithError("cannot allocate the buffers");
         return;
     }
-    const rope_params params = params_for(*ws, c);
+    const rope_params params = params_for(*ws, c, in_place);
     rope_report report = rope_report_init();
     // rope_query names the kernel rope_dispatch will run; an unbuilt variant is a skip.
     if (const rope_status status = rope_query(&params, &report); status != ROPE_OK) {
@@ -464,10 +470,11 @@ std::vector<float> output_sample(const Workspace &ws) {
 }
 
 // The scalar loop must compute what rope_dispatch computes (cache source, same style), else the
-// comparison is meaningless: checked once per workspace and style, on the first and last token.
-// Inputs lie in [-1, 1): the tolerance is a few f32 ulps, or one bf16 ulp.
-std::string check_scalar(Workspace &ws, const Case &c, const ScalarRopeArgs &args) {
-    auto [entry, inserted] = ws.scalar_check.try_emplace(c.style->style);
+// comparison is meaningless: checked once per workspace, style and placement, on the first and
+// last token (in place, on copies of q and k in the output buffers). Inputs lie in [-1, 1): the
+// tolerance is a few f32 ulps, or one bf16 ulp.
+std::string check_scalar(Workspace &ws, const Case &c, bool in_place) {
+    auto [entry, inserted] = ws.scalar_check.try_emplace(std::pair{c.style->style, in_place});
     if (!inserted) {
         return entry->second;
     }
@@ -477,6 +484,13 @@ std::string check_scalar(Workspace &ws, const Case &c, const ScalarRopeArgs &arg
         return entry->second;  // no kernel to compare with; bm_rope reports why
     }
     const std::vector<float> expected = output_sample(ws);
+    ScalarRopeArgs args = scalar_args(ws, c.style->style, false);
+    if (in_place) {
+        std::memcpy(ws.q_out.get(), ws.q.get(), ws.q_bytes);
+        std::memcpy(ws.k_out.get(), ws.k.get(), ws.k_bytes);
+        args.q = args.q_out;
+        args.k = args.k_out;
+    }
     scalar_rope(args, 0, ws.tokens());
     const std::vector<float> actual = output_sample(ws);
     const float tolerance = c.dtype->dtype == ROPE_DTYPE_F32 ? 1e-5f : 1.0f / 128;
@@ -490,18 +504,18 @@ std::string check_scalar(Workspace &ws, const Case &c, const ScalarRopeArgs &arg
     return entry->second;
 }
 
-void bm_scalar(benchmark::State &state, const Case &c) {
+void bm_scalar(benchmark::State &state, const Case &c, bool in_place) {
     Workspace *ws = workspace_for(c);
     if (ws == nullptr) {
         state.SkipWithError("cannot allocate the buffers");
         return;
     }
-    const ScalarRopeArgs args = scalar_args(*ws, c.style->style);
+    const ScalarRopeArgs args = scalar_args(*ws, c.style->style, in_place);
     if (!scalar_rope(args, 0, 0)) {
         state.SkipWithError("the scalar loop has no code for this dtype");
         return;
     }
-    if (const std::string error = check_scalar(*ws, c, args); !error.empty()) {
+    if (const std::string error = check_scalar(*ws, c, in_place); !error.empty()) {
         state.SkipWithError(error.c_str());
         return;
     }
@@ -628,7 +642,8 @@ void register_all() {
             }
             for (const StyleInfo &style : kStyles) {
                 for (int threads : thread_counts) {
-                    register_case("scalar", {&shape, &dtype, &style, nullptr, threads}, bm_scalar);
+                    register_case("scalar", {&shape, &dtype, &style, nullptr, threads},
+                                  [](benchmark::State &state, const Case &c) { bm_scalar(state, c, false); });
                 }
             }
             for (const StyleInfo &style : kStyles) {
@@ -637,7 +652,20 @@ void register_all() {
                         continue;
                     }
                     for (int threads : thread_counts) {
-                        register_case("rope", {&shape, &dtype, &style, &source, threads}, bm_rope);
+                        register_case("rope", {&shape, &dtype, &style, &source, threads},
+                                      [](benchmark::State &state, const Case &c) { bm_rope(state, c, false); });
+                    }
+                }
+            }
+            // In place, for decode steps (engines such as vLLM rotate q and k in place there),
+            // with the cache source, as the decode targets are measured.
+            for (const StyleInfo &style : kStyles) {
+                for (int threads : thread_counts) {
+                    if (shape.seq == 1) {
+                        register_case("rope_inplace", {&shape, &dtype, &style, &kSources[0], threads},
+                                      [](benchmark::State &state, const Case &c) { bm_rope(state, c, true); });
+                        register_case("scalar_inplace", {&shape, &dtype, &style, nullptr, threads},
+                                      [](benchmark::State &state, const Case &c) { bm_scalar(state, c, true); });
                     }
                 }
             }

@@ -17,7 +17,7 @@ struct ScalarRopeArgs {
     rope_style style;
     int64_t q_heads, k_heads, head_dim;
     const void *q, *k;  ///< [token][heads][head_dim]
-    void *q_out, *k_out;
+    void *q_out, *k_out;  ///< the same as q and k (both) for a call in place
     const int32_t *positions;       ///< one per token
     const float *cos, *sin;         ///< [position][head_dim / 2]
 };

@@ -6,8 +6,9 @@
     bench/bench_table.py results.json                 # prints, and rewrites the README section
     bench/bench_table.py results.json --no-readme     # prints only
 
-Benchmark names are "kind/key:value/..." (kind: rope, rope_inplace, memcpy, copy, scalar, scalar_inplace, call); the ratios pair a
-rope row with the memcpy and scalar rows of the same shape, dtype (style) and thread count.
+Benchmark names are "kind/key:value/..." (kind: rope, rope_inplace, memcpy, copy, scalar,
+scalar_inplace, call); the ratios pair a rope row with the memcpy and scalar rows of the same
+shape, dtype (style) and thread count, an in-place row with the in-place scalar row.
 With --benchmark_repetitions the "median" aggregate is used. Python standard library only.
 """
 import argparse
@@ -140,7 +141,7 @@ def in_place_table(results):
 def baseline_table(results):
     lines = ["| baseline | shape | dtype | style | threads | time | GB/s | vs memcpy |",
              "|---|---|---|---|---|---:|---:|---:|"]
-    for run in results.of_kind("memcpy") + results.of_kind("copy") + results.of_kind("scalar") + results.of_kind("scalar_inplace"):
+    for run in [run for kind in ("memcpy", "copy", "scalar", "scalar_inplace") for run in results.of_kind(kind)]:
         vs_memcpy = ratio(results.memcpy_seconds(run), run["seconds"])
         lines.append(f"| {run['kind']} | {run['shape']} | {run['dtype']} | {run.get('style') or '-'} "
                      f"| {run['threads']} | {fmt_time(run['seconds'])} | {fmt(run['gbps'], 1)} | {fmt(vs_memcpy)} |")

@@ -393,8 +393,8 @@ void set_counters(benchmark::State &state, const Workspace &ws, int threads, dou
 // ---- The benchmarks --------------------------------------------------------------------------
 
 // rope_dispatch on the case's buffers, out of place or in place. In place, every call rotates q
-// and k again: rotations keep the values finite, so the speed is unaffected, and these rows run
-// after every other row of their workspace (register_all).
+// and k again: rotations keep the values finite, so the speed is unaffected, and the in-place
+// rows (with scalar_inplace's) run after the other rows of their workspace (register_all).
 void bm_rope(benchmark::State &state, const Case &c, bool in_place) {
     Workspace *ws = workspace_for(c);
     if (ws == nullptr) {

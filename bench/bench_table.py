@@ -270,7 +270,9 @@ def report(doc, json_path, script_command):
              "`vs scalar` = scalar-loop time (same shape, dtype, style, threads) / time (> 1 = faster).", "",
              "### Acceptance targets", "", *acceptance_table(results), "",
              "### rope_dispatch", "", *rope_table(results), "",
-             "### rope_dispatch in place (q_out = q, k_out = k; decode steps)", "", *in_place_table(results), "",
+             "### rope_dispatch in place (q_out = q, k_out = k; decode steps)", "",
+             "`in place / out of place` = this time / the out-of-place row's time (< 1 = in place is faster).", "",
+             *in_place_table(results), "",
              "### Baselines", "", *baseline_table(results), "",
              "### Cost of one call", "", *call_table(results)]
     if results.errors:

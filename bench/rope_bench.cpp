@@ -5,8 +5,8 @@
 // engine writes by hand (scalar_rope.cpp). Every benchmark is registered from the tables
 // below; names are "kind/key:value/..." so bench_table.py can parse them back.
 //
-// Counters: bytes_per_second (q, k read + q_out, k_out written; the small cos/sin tables are
-// not counted), items_per_second (tokens), threads, and memcpy_ratio = memcpy time of the same
+// Counters: bytes_per_second (q, k read + q_out, k_out written, which in place are q and k
+// again; the small cos/sin tables are not counted), items_per_second (tokens), threads, and memcpy_ratio = memcpy time of the same
 // bytes at the same thread count / this benchmark's time (1.0 = memcpy speed).
 #include <benchmark/benchmark.h>
 
@@ -140,7 +140,8 @@ void fill_random(std::byte *data, size_t count, const DtypeInfo &dtype, uint64_t
 }
 
 // The buffers of one (shape, dtype): q, k, separate outputs (out of place, like the memcpy they
-// are compared with), the cos/sin cache and the positions.
+// are compared with; the in-place rows write q and k instead), the cos/sin cache and the
+// positions.
 struct Workspace {
     const Shape *shape;
     const DtypeInfo *dtype;
@@ -512,7 +513,7 @@ void bm_scalar(benchmark::State &state, const Case &c, bool in_place) {
     }
     const ScalarRopeArgs args = scalar_args(*ws, c.style->style, in_place);
     if (!scalar_rope(args, 0, 0)) {
-        state.SkipWithError("the scalar loop has no code for this dtype");
+        state.SkipWithError("the scalar loop has no code for this dtype or placement");
         return;
     }
     if (const std::string error = check_scalar(*ws, c, in_place); !error.empty()) {

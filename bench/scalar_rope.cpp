@@ -91,6 +91,9 @@ bool rotate_style(const ScalarRopeArgs &args, int64_t token_begin, int64_t token
 }  // namespace
 
 bool scalar_rope(const ScalarRopeArgs &args, int64_t token_begin, int64_t token_end) {
+    if ((args.q_out == args.q) != (args.k_out == args.k)) {
+        return false;  // one in place, the other not: the loop rotates both one way
+    }
     return args.style == ROPE_STYLE_HALF ? rotate_style<ROPE_STYLE_HALF>(args, token_begin, token_end)
                                          : rotate_style<ROPE_STYLE_INTERLEAVED>(args, token_begin, token_end);
 }

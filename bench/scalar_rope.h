@@ -17,12 +17,13 @@ struct ScalarRopeArgs {
     rope_style style;
     int64_t q_heads, k_heads, head_dim;
     const void *q, *k;  ///< [token][heads][head_dim]
-    void *q_out, *k_out;  ///< the same as q and k (both) for a call in place
+    void *q_out, *k_out;  ///< q and k again (both) for a call in place
     const int32_t *positions;       ///< one per token
     const float *cos, *sin;         ///< [position][head_dim / 2]
 };
 
-/// Rotates tokens [token_begin, token_end) of q and k. False for a dtype the loop does not handle.
+/// Rotates tokens [token_begin, token_end) of q and k. False for a dtype the loop does not handle,
+/// or for q in place and k not (or the reverse).
 bool scalar_rope(const ScalarRopeArgs &args, int64_t token_begin, int64_t token_end);
 
 }  // namespace ropebench

@@ -360,41 +360,54 @@ TEST_F(Validation, OffsetRunsPastCacheLen) {
 
 // Random tables, a few entries out of range, against the rule applied entry by entry: the check
 // bounds the whole table first and walks it only to name the first bad entry, which must be the
-// one the message gives.
+// one the message gives. Strides vary (0, padded, [s][b] order); the storage between the entries
+// holds values out of range, so reading anything but the entries is caught too.
 TEST_F(Validation, PositionChecksAgreeWithTheRuleEntryByEntry) {
     std::mt19937_64 rng(7);
+    auto below = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
     const int64_t limit = valid().angles.cache_len;
     for (int trial = 0; trial < 2000; trial++) {
         const bool table = trial % 2 == 0, wide = trial % 4 >= 2;
-        const int64_t entries = table ? kBatch * kSeq : kBatch;
+        const int64_t rows = table ? kSeq : 1;  // entries per batch item: [b][s], or one offset [b]
         const int64_t last_token = table ? 0 : kSeq - 1;  // an offset covers its sequence's tokens
-        std::vector<int64_t> values(static_cast<size_t>(entries));
-        for (int64_t &value : values) {
-            const bool stray = rng() % 4 == 0;
-            value = stray ? static_cast<int64_t>(rng() % 5) - 2 + (rng() % 2 ? limit - last_token : 0)
-                          : static_cast<int64_t>(rng() % static_cast<uint64_t>(limit - last_token));
+        const int64_t batch_strides[] = {0, rows, rows + 2, 1}, row_strides[] = {0, 1, kBatch};
+        const int64_t batch_stride = batch_strides[below(4)];
+        const int64_t row_stride = table ? row_strides[below(3)] : 0;
+        std::vector<int64_t> storage(static_cast<size_t>((kBatch - 1) * batch_stride + (rows - 1) * row_stride + 1),
+                                     limit + 5);
+        auto at = [&](int64_t b, int64_t s) -> int64_t & {
+            return storage[static_cast<size_t>(b * batch_stride + s * row_stride)];
+        };
+        for (int64_t b = 0; b < kBatch; b++) {
+            for (int64_t s = 0; s < rows; s++) {
+                const bool stray = below(4) == 0;
+                const int64_t near_edge = below(5) - 2 + (below(2) ? limit - last_token : 0);
+                at(b, s) = stray ? near_edge : below(limit - last_token);
+            }
         }
-        int64_t first_bad = -1;
-        for (int64_t i = 0; i < entries && first_bad < 0; i++) {
-            const int64_t v = values[static_cast<size_t>(i)];
-            first_bad = v < 0 || v + last_token >= limit ? i : -1;
+        std::string first_bad;  // as the message names it
+        for (int64_t b = 0; b < kBatch && first_bad.empty(); b++) {
+            for (int64_t s = 0; s < rows && first_bad.empty(); s++) {
+                if (at(b, s) < 0 || at(b, s) + last_token >= limit) {
+                    first_bad = table ? "[" + std::to_string(b) + "][" + std::to_string(s) + "]"
+                                      : " (offsets)[" + std::to_string(b) + "]";
+                }
+            }
         }
         rope_params p = valid();
         p.positions = rope_positions{};
         p.positions.kind = table ? ROPE_POSITIONS_TABLE : ROPE_POSITIONS_OFFSET;
         p.positions.index_type = wide ? ROPE_INDEX_INT64 : ROPE_INDEX_INT32;
-        p.positions.data = wide ? positions64(values) : positions32(std::vector<int32_t>(values.begin(), values.end()));
-        p.positions.strides[0] = table ? kSeq : 1;
-        p.positions.strides[1] = 1;
+        p.positions.data = wide ? positions64(storage) : positions32(std::vector<int32_t>(storage.begin(), storage.end()));
+        p.positions.strides[0] = batch_stride;
+        p.positions.strides[1] = row_stride;
         SCOPED_TRACE("trial " + std::to_string(trial));
-        if (first_bad < 0) {
+        if (first_bad.empty()) {
             rope_report report = rope_report_init();
             EXPECT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
             continue;
         }
-        const std::string entry = table ? "[" + std::to_string(first_bad / kSeq) + "][" + std::to_string(first_bad % kSeq) + "]"
-                                        : " (offsets)[" + std::to_string(first_bad) + "]";
-        expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE, {"positions.data" + entry});
+        expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE, {"positions.data" + first_bad});
     }
 }
 

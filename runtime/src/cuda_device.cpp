@@ -264,6 +264,9 @@ int attach_device_memory(CallContext *context, halide_buffer_t *buffer) {
 
 void detach_device_memory(CallContext *context, halide_buffer_t *buffer) {
     if (buffer->device != 0) {
+        // The address goes back where attach found it: the tables of a call are attached again
+        // for each of its slices.
+        buffer->host = reinterpret_cast<uint8_t *>(halide_cuda_get_device_ptr(context, buffer));
         halide_cuda_detach_device_ptr(context, buffer);
     }
 }

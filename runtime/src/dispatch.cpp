@@ -64,8 +64,9 @@ struct Buffer {
 
 // One slice of the call along the token and head axes: all of them, or a single index on the
 // axes whose strides do not fit Halide's int32 dimensions (tensors beyond 2^31 elements) or, for
-// CUDA kernels (32-bit indexing), whose views would span 2^31 elements. Coordinates are local to
-// the slice (every min is 0); positions are shifted to match (position_base).
+// CUDA kernels (32-bit indexing), whose views would span 2^31 elements; for CUDA kernels also a
+// part of the batch that one grid holds. Coordinates are local to the slice (every min is 0);
+// positions are shifted to match (position_base).
 struct Slice {
     int64_t begin[3];  // batch, seq, heads (heads only for q/k tensors)
     int64_t extent[3];
@@ -328,8 +329,7 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
     const int32_t mrope_end1 = mrope ? p.mrope.sections[0] + p.mrope.sections[1] : call.rotary_dim / 2;
 
     // Axes to slice: strides beyond Halide's int32 dimensions; for CUDA kernels (32-bit indexing)
-    // also spans of 2^31 elements or more, slicing batch, then seq, then heads until each fits,
-    // and a batch of more blocks than a grid's y dimension holds (their blocks are (seq, batch)).
+    // also spans of 2^31 elements or more, slicing batch, then seq, then heads until each fits.
     bool slice_axis[3] = {false, false, false};
     for (int t = 0; t < 4; t++) {
         if (t % 2 == 1 && !call.has_k) {
@@ -339,7 +339,7 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
             slice_axis[axis] = slice_axis[axis] || !stride_fits(*tensors[t], axis);
         }
     }
-    slice_axis[0] = slice_axis[0] || pos_batch_stride > kMaxStride || (on_device && batch > kMaxCudaGridY);
+    slice_axis[0] = slice_axis[0] || pos_batch_stride > kMaxStride;
     slice_axis[1] = slice_axis[1] || pos_seq_stride > kMaxStride;
     for (int axis = 0; on_device && axis < 3; axis++) {
         bool fits = (slice_axis[0] || (batch - 1) * pos_batch_stride <= kMaxStride) &&
@@ -406,13 +406,17 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
         return finish(report, ROPE_ERR_INTERNAL, scratch_failure(kernel, scratch));
     }
 
-    const int64_t steps[3] = {slice_axis[0] ? batch : 1, slice_axis[1] ? seq : 1,
+    // Batch items per slice: one when sliced; otherwise all, except that a CUDA kernel's grid
+    // holds at most kMaxCudaGridY of them (its blocks are (seq, batch)). A part of a batch spans
+    // less than the whole, which the loop above proved fits.
+    const int64_t batch_step = slice_axis[0] ? 1 : (on_device ? std::min(batch, kMaxCudaGridY) : batch);
+    const int64_t steps[3] = {batch_step > 0 ? (batch + batch_step - 1) / batch_step : 1, slice_axis[1] ? seq : 1,
                               slice_axis[2] ? std::max(p.q.sizes[2], call.has_k ? p.k.sizes[2] : 0) : 1};
     for (int64_t b = 0; b < steps[0]; b++) {
         for (int64_t s = 0; s < steps[1]; s++) {
             for (int64_t h = 0; h < steps[2]; h++) {
-                Slice slice{{slice_axis[0] ? b : 0, slice_axis[1] ? s : 0, slice_axis[2] ? h : 0},
-                            {slice_axis[0] ? 1 : batch, slice_axis[1] ? 1 : seq, slice_axis[2] ? 1 : -1}};
+                Slice slice{{b * batch_step, slice_axis[1] ? s : 0, slice_axis[2] ? h : 0},
+                            {std::min(batch_step, batch - b * batch_step), slice_axis[1] ? 1 : seq, slice_axis[2] ? 1 : -1}};
                 const bool q_present = !slice_axis[2] || h < p.q.sizes[2];
                 const bool k_present = call.has_k && (!slice_axis[2] || h < p.k.sizes[2]);
                 TensorViews q = make_views(call, p.q, p.q_out, slice, q_present);

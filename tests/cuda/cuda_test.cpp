@@ -4,6 +4,7 @@
 // the CPU suite, their buffers mirrored into device memory), the caller's own context and stream
 // (enqueued, never synchronized), and the pointer checks. Tests that need what this machine lacks
 // skip and say why.
+#include <HalideRuntime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "internal/cuda_device.h"
+#include "internal/runtime_state.h"
 #include "internal/validate.h"
 #include "support/kernels.h"
 #include "gpu_cases.h"
@@ -210,6 +212,28 @@ TEST(CudaWithoutDriver, CallReturnsDeviceErrorAndTouchesNothing) {
     EXPECT_EQ(rope_cuda_release_context(nullptr), ROPE_OK);
 }
 
+// A call run in slices (a batch beyond one grid) attaches the same cos/sin tables for every slice,
+// so detaching must leave a buffer as attach found it. Wrapping is bookkeeping: no driver needed.
+TEST(CudaBuffers, DetachLeavesTheBufferAsAttachFoundIt) {
+    CallContext context(nullptr, 1);
+    float element = 0;  // stands for device memory: never dereferenced
+    halide_dimension_t dim(0, 1, 1);
+    halide_buffer_t buffer{};
+    buffer.host = reinterpret_cast<uint8_t *>(&element);
+    buffer.type = halide_type_t(halide_type_float, 32);
+    buffer.dimensions = 1;
+    buffer.dim = &dim;
+    const auto address = reinterpret_cast<uint64_t>(&element);
+    for (int slice = 0; slice < 2; slice++) {
+        ASSERT_EQ(attach_device_memory(&context, &buffer), 0) << "slice " << slice;
+        EXPECT_EQ(buffer.device, address) << "slice " << slice;
+        EXPECT_EQ(buffer.host, nullptr) << "slice " << slice;
+        detach_device_memory(&context, &buffer);
+        EXPECT_EQ(buffer.device, 0u) << "slice " << slice;
+        EXPECT_EQ(reinterpret_cast<uint64_t>(buffer.host), address) << "slice " << slice;
+    }
+}
+
 // --- every CUDA kernel against the oracle ----------------------------------------------------------
 
 class CudaKernelTest : public ::testing::TestWithParam<const KernelEntry *> {
@@ -255,6 +279,18 @@ TEST(CudaDispatch, PicksAVectorKernelForAlignedViewsAndTheAnyHeadDimKernelOtherw
     EXPECT_NE(std::string(unaligned.report().kernel).find("_dany_bf16__cuda_sm"), std::string::npos)
         << unaligned.report().kernel;
     EXPECT_TRUE(unaligned.check_outputs());
+}
+
+TEST(CudaDispatch, ABatchBeyondOneGridRunsInParts) {
+    ROPEGEN_SKIP_WITHOUT_GPU(d);
+    CaseSpec spec;
+    spec.batch = 70000;  // more sequences than a grid's 65535 blocks along y: two launches
+    spec.seq = 1;
+    spec.q_heads = 2;
+    spec.k_heads = 1;
+    RopeCall call(spec);
+    ASSERT_EQ(call.run(device_runner(*d, nullptr)), ROPE_OK) << call.report().message;
+    EXPECT_TRUE(call.check_outputs());
 }
 
 TEST(CudaDispatch, HostPointersAreRejected) {

@@ -288,6 +288,12 @@ TEST(CudaDispatch, ABatchBeyondOneGridRunsInParts) {
     spec.seq = 1;
     spec.q_heads = 2;
     spec.k_heads = 1;
+    // A position of its own per sequence, so the second launch must read its own part of the
+    // offsets and the cache rows they name.
+    spec.positions.mode = PositionMode::BatchOffsets;
+    for (int64_t b = 0; b < spec.batch; b++) {
+        spec.positions.values.push_back(1 + b * 37 % 4096);
+    }
     RopeCall call(spec);
     ASSERT_EQ(call.run(device_runner(*d, nullptr)), ROPE_OK) << call.report().message;
     EXPECT_TRUE(call.check_outputs());

@@ -44,7 +44,8 @@ rope_status prepare_cuda_call(const ValidCall &call, CudaTarget *target, std::st
 /// returns Halide's result.
 int attach_device_memory(CallContext *context, halide_buffer_t *buffer);
 
-/// Undoes attach_device_memory: the buffer is as attach found it, and may be attached again.
+/// Undoes a successful attach_device_memory: the buffer is as attach found it, and may be
+/// attached again (after a failed attach the call ends: the buffer is not used again).
 void detach_device_memory(CallContext *context, halide_buffer_t *buffer);
 
 /// Makes the Halide CUDA runtime use each call's context and stream (from its CallContext).

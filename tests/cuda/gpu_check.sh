@@ -33,7 +33,7 @@ if command -v compute-sanitizer > /dev/null; then
     grep -E "RACECHECK SUMMARY" "$out/racecheck.log"
 fi
 
-timeout 300 "$bench" --benchmark_min_time=0.03 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+timeout 300 "$bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
     --benchmark_format=json --benchmark_out="$out/cuda_bench.json" > "$out/cuda_bench.txt" 2>&1
 stamp "rope_cuda_bench ($out/cuda_bench.json)" $?
 grep -E "^#|rope_cuda_bench:" "$out/cuda_bench.txt" | cut -c1-250

@@ -6,8 +6,9 @@
 // below; names are "kind/key:value/..." so bench_table.py can parse them back.
 //
 // Counters: bytes_per_second (q, k read + q_out, k_out written, which in place are q and k
-// again; the small cos/sin tables are not counted), items_per_second (tokens), threads, and memcpy_ratio = memcpy time of the same
-// bytes at the same thread count / this benchmark's time (1.0 = memcpy speed).
+// again; the small cos/sin tables are not counted), items_per_second (tokens), threads, and
+// memcpy_ratio = memcpy time of the same bytes at the same thread count / this benchmark's time
+// (1.0 = memcpy speed).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>

@@ -412,11 +412,12 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
     const int64_t batch_step = slice_axis[0] ? 1 : (on_device ? std::min(batch, kMaxCudaGridY) : batch);
     const int64_t steps[3] = {batch_step > 0 ? (batch + batch_step - 1) / batch_step : 1, slice_axis[1] ? seq : 1,
                               slice_axis[2] ? std::max(p.q.sizes[2], call.has_k ? p.k.sizes[2] : 0) : 1};
-    for (int64_t b = 0; b < steps[0]; b++) {
+    for (int64_t part = 0; part < steps[0]; part++) {
+        const int64_t first_item = part * batch_step;
         for (int64_t s = 0; s < steps[1]; s++) {
             for (int64_t h = 0; h < steps[2]; h++) {
-                Slice slice{{b * batch_step, slice_axis[1] ? s : 0, slice_axis[2] ? h : 0},
-                            {std::min(batch_step, batch - b * batch_step), slice_axis[1] ? 1 : seq, slice_axis[2] ? 1 : -1}};
+                Slice slice{{first_item, slice_axis[1] ? s : 0, slice_axis[2] ? h : 0},
+                            {std::min(batch_step, batch - first_item), slice_axis[1] ? 1 : seq, slice_axis[2] ? 1 : -1}};
                 const bool q_present = !slice_axis[2] || h < p.q.sizes[2];
                 const bool k_present = call.has_k && (!slice_axis[2] || h < p.k.sizes[2]);
                 TensorViews q = make_views(call, p.q, p.q_out, slice, q_present);
@@ -463,12 +464,12 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
                 if (result == 0 && context.failure() != CallFailure::None) {
                     const bool device_error = on_device && context.failure() == CallFailure::RuntimeError;
                     return finish(report, device_error ? ROPE_ERR_DEVICE : ROPE_ERR_INTERNAL,
-                                  failure_message(context, kernel, b + s + h > 0));
+                                  failure_message(context, kernel, part + s + h > 0));
                 }
                 if (result != 0) {
                     std::string message = "kernel " + std::string(kernel.name) + " failed with Halide error " +
                                           std::to_string(result) + halide_message(report);
-                    if (on_device && b + s + h > 0) {
+                    if (on_device && part + s + h > 0) {
                         message += "; the launches for earlier slices of the call were enqueued";
                     }
                     return finish(report, on_device ? ROPE_ERR_DEVICE : ROPE_ERR_INTERNAL, message);

@@ -537,21 +537,23 @@ rope_status run_varlen(const KernelEntry &kernel, const ValidCall &call, const C
     return finish(report, ROPE_OK, "");
 }
 
-// A CPU decode step, a batch of B one-token sequences ([B, 1]), as `parts` sequences of B/parts
+// A CPU decode step that fold_decode_batch may fold: a batch of one-token sequences, unless the
+// frequencies depend on the batch item (per-sequence scaling) or positions come in mrope streams.
+bool foldable_decode_step(const rope_params &p) {
+    return p.device == ROPE_DEVICE_CPU && p.varlen.cu_seqlens == nullptr && p.q.sizes[1] == 1 && p.q.sizes[0] >= 2 &&
+           !per_sequence_scaling(p) && !uses_mrope(p);
+}
+
+// A foldable decode step, a batch of B one-token sequences ([B, 1]), as `parts` sequences of B/parts
 // tokens ([parts, B/parts]) over the same memory, with each token's position: a part per thread
 // (run_decode_parts), and in each the kernels' loops run over B/parts tokens of one sequence, where
 // B/parts one-token sequences would each make a loop tail (about 1.5x slower at B >= 64). `parts`
 // is the largest divisor of B not above the threads the call may use (`threads`, as call_threads
-// gives it: 0 is the library's count). Not when the frequencies depend on the batch item
-// (per-sequence scaling) or positions come in mrope streams. `scalar_position` holds a scalar
-// offset for the folded call's position table and must outlive it.
+// gives it: 0 is the library's count). `scalar_position` holds a scalar offset for the folded
+// call's position table and must outlive it.
 bool fold_decode_batch(ValidCall *call, int threads, int64_t *scalar_position) {
     rope_params &p = call->params;
     const int64_t batch = p.q.sizes[0];
-    if (p.device != ROPE_DEVICE_CPU || p.varlen.cu_seqlens != nullptr || p.q.sizes[1] != 1 || batch < 2 ||
-        per_sequence_scaling(p) || uses_mrope(p)) {
-        return false;
-    }
     int64_t parts = std::clamp<int64_t>(threads == 0 ? library_threads() : threads, 1, batch);
     while (batch % parts != 0) {
         parts--;
@@ -647,14 +649,20 @@ rope_status run_call(const KernelEntry &kernel, const ValidCall &call, const Cud
         return run_varlen(kernel, call, cuda, report);
     }
     const int threads = call_threads(call);
-    ValidCall folded = call;
+    const ValidCall *to_run = &call;
+    ValidCall folded;  // copied only for a decode step: a one-token call pays no copy
     int64_t scalar_position = 0;
-    const bool fold = fold_decode_batch(&folded, threads, &scalar_position);
-    if (fold && folded.params.q.sizes[0] > 1) {
-        return run_decode_parts(kernel, folded, threads, report);
+    if (foldable_decode_step(call.params)) {
+        folded = call;
+        if (fold_decode_batch(&folded, threads, &scalar_position)) {
+            if (folded.params.q.sizes[0] > 1) {
+                return run_decode_parts(kernel, folded, threads, report);
+            }
+            to_run = &folded;
+        }
     }
     CallContext context(report, threads);
-    return run(kernel, fold ? folded : call, cuda, report, context);
+    return run(kernel, *to_run, cuda, report, context);
 }
 
 // Where the call runs: the capped CPU level, or the CUDA device of the call's context and stream.
@@ -712,13 +720,6 @@ rope_status dispatch(const rope_params *params, rope_report *report, bool execut
 }
 
 }  // namespace
-
-bool kernel_matches(const KernelEntry &kernel, const rope_params &params) {
-    // A fixed head_dim kernel rotates whole heads; partial rotary takes the any-head_dim kernel.
-    const bool whole_heads = params.rotary_dim == 0 || params.rotary_dim == params.q.sizes[3];
-    return kernel.style == params.style && kernel.source == params.angles.source && kernel.dtype == params.q.dtype &&
-           (kernel.head_dim == 0 || (kernel.head_dim == params.q.sizes[3] && whole_heads));
-}
 
 rope_status run_kernel(const KernelEntry &kernel, const rope_params *params, rope_report *report) {
     ValidCall call;

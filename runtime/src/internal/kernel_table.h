@@ -80,8 +80,14 @@ struct CpuFeature {
 std::vector<CpuFeature> cpu_features();
 
 /// True when `kernel` computes what `params` asks (same key and head_dim); where it may run (CPU
-/// level, GPU, alignment) is not considered.
-bool kernel_matches(const KernelEntry &kernel, const rope_params &params);
+/// level, GPU, alignment) is not considered. Inline: the dispatcher asks it of every table entry
+/// it passes on each call.
+inline bool kernel_matches(const KernelEntry &kernel, const rope_params &params) {
+    // A fixed head_dim kernel rotates whole heads; partial rotary takes the any-head_dim kernel.
+    const bool whole_heads = params.rotary_dim == 0 || params.rotary_dim == params.q.sizes[3];
+    return kernel.style == params.style && kernel.source == params.angles.source && kernel.dtype == params.q.dtype &&
+           (kernel.head_dim == 0 || (kernel.head_dim == params.q.sizes[3] && whole_heads));
+}
 
 /// Validates `params` like rope_dispatch(), then runs `kernel` (which must match, else
 /// ROPE_ERR_UNSUPPORTED) instead of the one the dispatcher would choose. For tests and benchmarks

@@ -544,12 +544,10 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
         out << ")";
         return f.finish();
     }
-    if (layout->fields == sizeof(rope_params)) {
-        call->params = *user;  // this header's layout: a copy of known size, without rep movs's start-up
-    } else {
-        std::memcpy(&call->params, user, layout->fields);
-        std::memset(reinterpret_cast<uint8_t *>(&call->params) + layout->fields, 0, sizeof(call->params) - layout->fields);
-    }
+    // The caller's bytes, then zeros for the fields appended since its layout (none for this
+    // header's): clearing the whole struct first cost a fifth of validation.
+    std::memcpy(&call->params, user, layout->fields);
+    std::memset(reinterpret_cast<uint8_t *>(&call->params) + layout->fields, 0, sizeof(call->params) - layout->fields);
     const rope_params &p = call->params;
 
     if (enum_value(p.device) != ROPE_DEVICE_CPU && enum_value(p.device) != ROPE_DEVICE_CUDA) {

@@ -549,8 +549,9 @@ bool foldable_decode_step(const rope_params &p) {
 // (run_decode_parts), and in each the kernels' loops run over B/parts tokens of one sequence, where
 // B/parts one-token sequences would each make a loop tail (about 1.5x slower at B >= 64). `parts`
 // is the largest divisor of B not above the threads the call may use (`threads`, as call_threads
-// gives it: 0 is the library's count). `scalar_position` holds a scalar offset for the folded
-// call's position table and must outlive it.
+// gives it: 0 is the library's count). Only for a call foldable_decode_step accepts (it relies on
+// batch >= 2). `scalar_position` holds a scalar offset for the folded call's position table and
+// must outlive it.
 bool fold_decode_batch(ValidCall *call, int threads, int64_t *scalar_position) {
     rope_params &p = call->params;
     const int64_t batch = p.q.sizes[0];

@@ -11,7 +11,7 @@ namespace ropegen {
 
 /// A call that passed validation, with defaults applied.
 struct ValidCall {
-    rope_params params;  ///< the caller's struct, copied up to its struct_size, zero beyond
+    rope_params params;  ///< the caller's struct: the fields of its layout, zero beyond
     int64_t head_dim = 0;
     int32_t rotary_dim = 0, rotary_offset = 0;
     bool has_k = false;

@@ -651,7 +651,7 @@ rope_status run_call(const KernelEntry &kernel, const ValidCall &call, const Cud
     }
     const int threads = call_threads(call);
     const ValidCall *to_run = &call;
-    ValidCall folded;  // copied only for a decode step: a one-token call pays no copy
+    ValidCall folded;  // copied only for a foldable decode step; other calls pay no copy
     int64_t scalar_position = 0;
     if (foldable_decode_step(call.params)) {
         folded = call;

@@ -3,12 +3,14 @@
 // of the benchmark's, against a device-to-device cudaMemcpyAsync of the same bytes and a plain
 // hand-written CUDA kernel of the same operation (half style, f32 cos/sin cache, one thread per
 // pair, q and k in one launch), on the same buffers in the same process. Timed with CUDA events
-// around a batch of calls; bytes moved = q + k read once and written once.
+// around a batch of calls; bytes moved = q + k read once and written once. Two rows time the host
+// instead: rope_query per shape (a call less its launch) and the launch of an empty kernel.
 // Exits with 77 (a skip) where there is no CUDA device.
 #include <benchmark/benchmark.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -238,19 +240,58 @@ double memcpy_seconds(const Buffers &b) {
     return measured[&b] = milliseconds / 1e3 / kRepeats;
 }
 
-enum class Kind { Rope, Memcpy, Handwritten };
+enum class Kind { Rope, Memcpy, Handwritten, Query };
+
+// Host seconds per rope_query: the validation, the driver checks and the kernel choice, which
+// is everything of a call but its launch. Issued back to back, decode calls cost their host time.
+void time_query(benchmark::State &state, const rope_params &p) {
+    for (auto _ : state) {
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < kCallsPerTiming; i++) {
+            benchmark::DoNotOptimize(rope_query(&p, nullptr));
+        }
+        const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+        state.SetIterationTime(elapsed.count() / kCallsPerTiming);
+    }
+}
+
+// Host seconds per launch of an empty kernel: what any call that launches a kernel costs here.
+__global__ void empty_kernel() {}
+
+void time_empty_launch(benchmark::State &state) {
+    cudaStream_t stream;
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    empty_kernel<<<1, 32, 0, stream>>>();
+    check(cudaStreamSynchronize(stream), "warm-up");
+    for (auto _ : state) {
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < kCallsPerTiming; i++) {
+            empty_kernel<<<1, 32, 0, stream>>>();
+        }
+        const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+        check(cudaStreamSynchronize(stream), "empty launches");
+        state.SetIterationTime(elapsed.count() / kCallsPerTiming);
+    }
+    check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+}
 
 void run(benchmark::State &state, const Shape &shape, rope_dtype dtype, Kind kind) {
     Buffers &b = buffers(shape, dtype);
     const rope_params p = params_of(b);
     rope_report report = rope_report_init();
     double seconds = 0;
-    if (kind == Kind::Rope) {
+    if (kind == Kind::Rope || kind == Kind::Query) {
         if (rope_query(&p, &report) != ROPE_OK) {
             state.SkipWithError(report.message);
             return;
         }
         state.SetLabel(report.kernel);
+    }
+    if (kind == Kind::Query) {
+        time_query(state, p);
+        return;
+    }
+    if (kind == Kind::Rope) {
         seconds = time_calls(state, b, [&] {
             if (rope_dispatch(&p, nullptr) != ROPE_OK) {
                 std::fprintf(stderr, "rope_cuda_bench: rope_dispatch failed\n");
@@ -333,7 +374,8 @@ int main(int argc, char **argv) {
             const std::string suffix = std::string("/shape:") + shape.name + "/dtype:" + (dtype == ROPE_DTYPE_F32 ? "f32" : "bf16");
             compare_with_handwritten(shape, dtype);
             for (const auto &[kind, name] : {std::pair{Kind::Rope, "cuda_rope"}, std::pair{Kind::Memcpy, "cuda_memcpy"},
-                                             std::pair{Kind::Handwritten, "cuda_handwritten"}}) {
+                                             std::pair{Kind::Handwritten, "cuda_handwritten"},
+                                             std::pair{Kind::Query, "cuda_rope_query_host"}}) {
                 benchmark::RegisterBenchmark((name + suffix).c_str(),
                                              [shape, dtype, kind = kind](benchmark::State &state) { run(state, shape, dtype, kind); })
                     ->UseManualTime()
@@ -342,6 +384,10 @@ int main(int argc, char **argv) {
             }
         }
     }
+    benchmark::RegisterBenchmark("cuda_empty_launch_host", time_empty_launch)
+        ->UseManualTime()
+        ->Iterations(kIterations)
+        ->Unit(benchmark::kMicrosecond);
     benchmark::Initialize(&argc, argv);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();

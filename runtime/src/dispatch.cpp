@@ -180,9 +180,9 @@ const KernelEntry *select_kernel(const ValidCall &call, const Target &target) {
     // a fifth of a one-token call).
     const KernelEntry *first =
         cuda ? table : std::partition_point(table, end, [&](const KernelEntry &k) { return k.isa > target.max_isa; });
-    // The key first: vectors_aligned divides a dozen strides, and a CUDA call passes over up to
-    // a hundred entries of other dtypes, styles and sources (0.5-0.7 us of a decode call on the
-    // host of a lent H100, bench/README.md).
+    // The key first: vectors_aligned divides a dozen strides, and a CUDA call passes over the
+    // entries of other head_dims, dtypes and sources before its own (testing alignment first cost
+    // a decode call 0.5-0.7 us on the host of a lent H100, bench/README.md).
     for (const KernelEntry *kernel = first; kernel != end; kernel++) {
         if (kernel_matches(*kernel, call.params) &&
             (!cuda || (kernel->cuda_capability <= target.capability && vectors_aligned(*kernel, call)))) {

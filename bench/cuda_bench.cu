@@ -8,6 +8,7 @@
 // Exits with 77 (a skip) where there is no CUDA device.
 #include <benchmark/benchmark.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -47,9 +48,11 @@ void check(cudaError_t error, const char *what) {
 // --- the hand-written baseline ---------------------------------------------------------------------
 __device__ float to_float(float x) { return x; }
 __device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ float to_float(__half x) { return __half2float(x); }
 template <typename T> __device__ T from_float(float x);
 template <> __device__ float from_float<float>(float x) { return x; }
 template <> __device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 
 // One thread per (token, head, pair); heads [0, q_heads) of q, then those of k.
 template <typename T>
@@ -202,19 +205,21 @@ void copy_calls(const Buffers &b) {
     check(cudaMemcpyAsync(b.k_out, b.k, b.k_bytes, cudaMemcpyDeviceToDevice, b.stream), "cudaMemcpyAsync");
 }
 
-void handwritten_call(const Buffers &b) {
+template <typename T>
+void launch_handwritten(const Buffers &b) {
     const long long threads = static_cast<long long>(b.tokens) * (kQHeads + kKHeads) * kPairs;
     const int block = 256;
     const auto grid = static_cast<unsigned>((threads + block - 1) / block);
-    if (b.dtype == ROPE_DTYPE_F32) {
-        handwritten_rope<float><<<grid, block, 0, b.stream>>>(
-            static_cast<const float *>(b.q), static_cast<const float *>(b.k), static_cast<float *>(b.q_out),
-            static_cast<float *>(b.k_out), b.offsets, b.seq, b.tokens, b.cos_cache, b.sin_cache);
-    } else {
-        handwritten_rope<__nv_bfloat16><<<grid, block, 0, b.stream>>>(
-            static_cast<const __nv_bfloat16 *>(b.q), static_cast<const __nv_bfloat16 *>(b.k),
-            static_cast<__nv_bfloat16 *>(b.q_out), static_cast<__nv_bfloat16 *>(b.k_out), b.offsets, b.seq, b.tokens,
-            b.cos_cache, b.sin_cache);
+    handwritten_rope<T><<<grid, block, 0, b.stream>>>(static_cast<const T *>(b.q), static_cast<const T *>(b.k),
+                                                      static_cast<T *>(b.q_out), static_cast<T *>(b.k_out), b.offsets,
+                                                      b.seq, b.tokens, b.cos_cache, b.sin_cache);
+}
+
+void handwritten_call(const Buffers &b) {
+    switch (b.dtype) {
+    case ROPE_DTYPE_F32: launch_handwritten<float>(b); break;
+    case ROPE_DTYPE_BF16: launch_handwritten<__nv_bfloat16>(b); break;
+    default: launch_handwritten<__half>(b); break;
     }
 }
 
@@ -313,6 +318,28 @@ void run(benchmark::State &state, const Shape &shape, rope_dtype dtype, Kind kin
     state.counters["vs_memcpy"] = seconds > 0 ? memcpy_seconds(b) / seconds : 0;
 }
 
+const char *dtype_name(rope_dtype dtype) {
+    return dtype == ROPE_DTYPE_F32 ? "f32" : dtype == ROPE_DTYPE_BF16 ? "bf16" : "f16";
+}
+
+// One element of a host copy of a tensor, as a float.
+float element_value(const uint8_t *bytes, rope_dtype dtype) {
+    float value;
+    if (dtype == ROPE_DTYPE_F32) {
+        std::memcpy(&value, bytes, 4);
+        return value;
+    }
+    const uint16_t bits = static_cast<uint16_t>(bytes[0] | bytes[1] << 8);
+    if (dtype == ROPE_DTYPE_BF16) {
+        const uint32_t widened = static_cast<uint32_t>(bits) << 16;
+        std::memcpy(&value, &widened, 4);
+        return value;
+    }
+    __half_raw raw;
+    raw.x = bits;
+    return __half2float(__half(raw));
+}
+
 // ropegen's output against the hand-written kernel's (same buffers, f32 math both): a sanity
 // check printed once per shape and dtype, not a test (the cuda label tests against the oracle).
 void compare_with_handwritten(const Shape &shape, rope_dtype dtype) {
@@ -329,16 +356,7 @@ void compare_with_handwritten(const Shape &shape, rope_dtype dtype) {
     double worst = 0;
     size_t differ = 0, first = 0;
     for (size_t i = 0; i < b.q_bytes / b.element; i++) {
-        float x, y;
-        if (dtype == ROPE_DTYPE_F32) {
-            std::memcpy(&x, &ours[i * 4], 4);
-            std::memcpy(&y, &theirs[i * 4], 4);
-        } else {
-            uint32_t bx = static_cast<uint32_t>(ours[i * 2] | ours[i * 2 + 1] << 8) << 16;
-            uint32_t by = static_cast<uint32_t>(theirs[i * 2] | theirs[i * 2 + 1] << 8) << 16;
-            std::memcpy(&x, &bx, 4);
-            std::memcpy(&y, &by, 4);
-        }
+        const float x = element_value(&ours[i * b.element], dtype), y = element_value(&theirs[i * b.element], dtype);
         const double difference = std::fabs(static_cast<double>(x) - y);
         worst = std::fmax(worst, difference);
         // More than a few units in the last place of bf16 (or a NaN): a wrong or missing element.
@@ -346,8 +364,7 @@ void compare_with_handwritten(const Shape &shape, rope_dtype dtype) {
             first = differ++ == 0 ? i : first;
         }
     }
-    std::printf("# %s %s: max |ropegen - hand-written| over q = %.3g", shape.name, dtype == ROPE_DTYPE_F32 ? "f32" : "bf16",
-                worst);
+    std::printf("# %s %s: max |ropegen - hand-written| over q = %.3g", shape.name, dtype_name(dtype), worst);
     if (differ > 0) {
         std::printf("; %zu of %zu elements differ, the first at token %zu head %zu lane %zu", differ, b.q_bytes / b.element,
                     first / (kQHeads * kHeadDim), first / kHeadDim % kQHeads, first % kHeadDim);
@@ -370,8 +387,8 @@ int main(int argc, char **argv) {
     check(cudaFree(nullptr), "context");  // the primary context, current on this thread
     std::printf("# GPU: %s (sm_%d%d), ropegen %s\n", prop.name, prop.major, prop.minor, rope_version_string());
     for (const Shape &shape : kShapes) {
-        for (const rope_dtype dtype : {ROPE_DTYPE_BF16, ROPE_DTYPE_F32}) {
-            const std::string suffix = std::string("/shape:") + shape.name + "/dtype:" + (dtype == ROPE_DTYPE_F32 ? "f32" : "bf16");
+        for (const rope_dtype dtype : {ROPE_DTYPE_BF16, ROPE_DTYPE_F16, ROPE_DTYPE_F32}) {
+            const std::string suffix = std::string("/shape:") + shape.name + "/dtype:" + dtype_name(dtype);
             compare_with_handwritten(shape, dtype);
             for (const auto &[kind, name] : {std::pair{Kind::Rope, "cuda_rope"}, std::pair{Kind::Memcpy, "cuda_memcpy"},
                                              std::pair{Kind::Handwritten, "cuda_handwritten"},

@@ -247,20 +247,22 @@ double memcpy_seconds(const Buffers &b) {
 
 enum class Kind { Rope, Memcpy, Handwritten, Query };
 
-// Host seconds per rope_query: the validation, the driver checks and the kernel choice, which
-// is everything of a call but its launch. Issued back to back, decode calls cost their host time.
-void time_query(benchmark::State &state, const rope_params &p) {
+// Host seconds per call of `calls`, kCallsPerTiming calls per iteration; `settle` runs between
+// iterations, untimed.
+template <typename Call, typename Settle>
+void time_host(benchmark::State &state, Call call, Settle settle) {
     for (auto _ : state) {
         const auto start = std::chrono::steady_clock::now();
         for (int i = 0; i < kCallsPerTiming; i++) {
-            benchmark::DoNotOptimize(rope_query(&p, nullptr));
+            call();
         }
         const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+        settle();
         state.SetIterationTime(elapsed.count() / kCallsPerTiming);
     }
 }
 
-// Host seconds per launch of an empty kernel: what any call that launches a kernel costs here.
+// The launch of an empty kernel: what any call that launches a kernel costs the host here.
 __global__ void empty_kernel() {}
 
 void time_empty_launch(benchmark::State &state) {
@@ -268,15 +270,8 @@ void time_empty_launch(benchmark::State &state) {
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     empty_kernel<<<1, 32, 0, stream>>>();
     check(cudaStreamSynchronize(stream), "warm-up");
-    for (auto _ : state) {
-        const auto start = std::chrono::steady_clock::now();
-        for (int i = 0; i < kCallsPerTiming; i++) {
-            empty_kernel<<<1, 32, 0, stream>>>();
-        }
-        const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-        check(cudaStreamSynchronize(stream), "empty launches");
-        state.SetIterationTime(elapsed.count() / kCallsPerTiming);
-    }
+    time_host(state, [&] { empty_kernel<<<1, 32, 0, stream>>>(); },
+              [&] { check(cudaStreamSynchronize(stream), "empty launches"); });
     check(cudaStreamDestroy(stream), "cudaStreamDestroy");
 }
 
@@ -293,7 +288,9 @@ void run(benchmark::State &state, const Shape &shape, rope_dtype dtype, Kind kin
         state.SetLabel(report.kernel);
     }
     if (kind == Kind::Query) {
-        time_query(state, p);
+        // The validation, the driver checks and the kernel choice: everything of a call but its
+        // launch. Issued back to back, decode calls cost their host time.
+        time_host(state, [&] { benchmark::DoNotOptimize(rope_query(&p, nullptr)); }, [] {});
         return;
     }
     if (kind == Kind::Rope) {

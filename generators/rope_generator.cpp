@@ -174,7 +174,9 @@ private:
 
     void schedule_cpu() {
         if (inv_freq_.defined()) {
-            inv_freq_.compute_root().vectorize(RopeVars().pair, vector_pairs, TailStrategy::GuardWithIf);
+            // As wide as the cos/sin table: 2^x's series is a chain of dependent steps, and one
+            // wide vector interleaves the chains of its native parts.
+            inv_freq_.compute_root().vectorize(RopeVars().pair, vector_pairs.value() * cos_sin_vectors.value(), TailStrategy::GuardWithIf);
             // The selects of scaled_inv_freq evaluate every scaling's branch; a call without
             // scaling (the common case) gets a loop nest with the plain frequencies only.
             inv_freq_.specialize(*scaling_type_ == ROPE_SCALING_NONE);

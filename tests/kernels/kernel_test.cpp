@@ -297,6 +297,39 @@ std::string kernel_name(const ::testing::TestParamInfo<const KernelEntry *> &inf
 INSTANTIATE_TEST_SUITE_P(Kernels, KernelTest, ::testing::ValuesIn(all_kernels()), kernel_name);
 
 // --- frequency scaling (spec §6): the computed-source kernels -----------------------------------
+// --- NaN in the caller's cos/sin tables (cache source) ------------------------------------------
+std::vector<const KernelEntry *> cache_source_kernels() {
+    std::vector<const KernelEntry *> kernels = all_kernels();
+    kernels.erase(std::remove_if(kernels.begin(), kernels.end(),
+                                 [](const KernelEntry *k) { return k->source != ROPE_SOURCE_CACHE; }),
+                  kernels.end());
+    return kernels;
+}
+
+class CacheNanTest : public KernelTest {};
+
+// A NaN entry of a cos or sin table, of any payload, gives NaN in the pairs that read it (the
+// bf16 kernels once turned an all-ones payload into +-0: their rounding carried it past the
+// exponent). f32 tables, and for the 16-bit kernels tables in their dtype; in BSHD (the head
+// loop inside the token loop) and BHSD (outside it).
+TEST_P(CacheNanTest, GivesNanInItsPairs) {
+    for (const bool in_dtype : {false, true}) {
+        if (in_dtype && kernel().dtype == ROPE_DTYPE_F32) {
+            continue;
+        }
+        for (const Layout layout : {Layout::BSHD, Layout::BHSD}) {
+            CaseSpec c = base_case();
+            c.nan_in_cache = true;
+            c.cache_in_dtype = in_dtype;
+            c.layout = layout;
+            c.positions = random_table(c, 0, 40, ROPE_INDEX_INT32, 61);
+            expect_ok(c);
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CacheNanTest, ::testing::ValuesIn(cache_source_kernels()), kernel_name);
+
 std::vector<const KernelEntry *> computed_source_kernels() {
     std::vector<const KernelEntry *> kernels = all_kernels();
     kernels.erase(std::remove_if(kernels.begin(), kernels.end(),

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <sstream>
 
 namespace ropegen::test {
@@ -52,6 +53,20 @@ private:
     int count_ = 0;
     std::ostringstream text_;
 };
+
+// NaNs among the cos and sin entries of `rows`: quiet and signalling, either sign, payloads of
+// only low bits and of all ones (which bf16 rounding can carry past the exponent).
+void plant_nans(ref::CosSinCache &cache, const std::vector<int64_t> &rows, int pairs) {
+    constexpr uint32_t kNans[] = {0xffffffffu, 0x7fffffffu, 0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7fbfffffu, 0xff80ffffu};
+    size_t next = 0;
+    for (int64_t row : rows) {
+        for (int pair = static_cast<int>(row % 3); pair < pairs; pair += 4) {
+            std::vector<float> &table = pair % 8 < 4 ? cache.cos : cache.sin;
+            std::memcpy(&table[static_cast<size_t>(row * cache.row_stride + pair)], &kNans[next++ % std::size(kNans)],
+                        sizeof(float));
+        }
+    }
+}
 
 std::string hex(uint32_t bits) {
     std::ostringstream out;
@@ -137,6 +152,9 @@ std::string CaseSpec::describe() const {
     if (flush == GuardedBytes::Flush::Start) {
         out << " guard=start";
     }
+    if (nan_in_cache) {
+        out << " nan-in-cache";
+    }
     return out.str();
 }
 
@@ -201,6 +219,9 @@ RopeCall::RopeCall(CaseSpec spec) : spec_(std::move(spec)) {
         const int pairs = c.effective_rotary_dim() / 2;
         cache_ = ref::build_cache(len, c.effective_rotary_dim(), pairs + c.cache_row_pad, c.effective_base(),
                                   c.effective_attn_factor(), positions_);
+        if (c.nan_in_cache) {
+            plant_nans(cache_, positions_, pairs);
+        }
         // The call may read rows 0..len-1, R/2 values each: the last row's padding is left out so
         // that its last value touches the guard page.
         const auto readable = static_cast<size_t>((len - 1) * cache_.row_stride + pairs);

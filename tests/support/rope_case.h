@@ -67,6 +67,7 @@ struct CaseSpec {
     int64_t cache_len = 0;    ///< cache source: 0 means max position + 3
     int64_t cache_row_pad = 0;  ///< cache source: row stride = R/2 + pad (0: stride passed as 0)
     bool cache_in_dtype = false;  ///< cache source: tables stored in the tensor dtype, not f32
+    bool nan_in_cache = false;    ///< cache source: NaNs of every kind among the entries the call reads
     reference::Scaling scaling;   ///< computed sources: frequency scaling (spec §6)
     bool round_cos_sin = false;   ///< the parity mode (spec §4)
     /// mrope (spec §6): pairs per stream; positions (Table mode) then hold three [batch][seq]

@@ -91,10 +91,18 @@ TensorViews make_views(const ValidCall &call, const rope_tensor &in, const rope_
     };
     uint8_t *in_base = base_of(in), *out_base = base_of(out);
     const int64_t heads = present ? (slice.extent[2] >= 0 ? slice.extent[2] : in.sizes[2]) : 0;
+    // An axis of one index is never stepped along, so its stride is free: it continues the axes
+    // inside it as if they were dense. The kernels recognise the layout from the strides, and a
+    // one-token call then takes the token-outer (BSHD) loop nest, which reads cos/sin once per
+    // token, instead of the head-outer one, which reads them again for every head.
     auto outer_dims = [&](Buffer &b, const rope_tensor &t, int first) {
-        b.set(first, 0, heads, heads > 1 ? t.strides[2] : 0);
-        b.set(first + 1, 0, slice.extent[1], slice.extent[1] > 1 ? t.strides[1] : 0);
-        b.set(first + 2, 0, slice.extent[0], slice.extent[0] > 1 ? t.strides[0] : 0);
+        const int64_t extents[3] = {heads, slice.extent[1], slice.extent[0]};
+        int64_t dense = call.head_dim;  // the stride that continues the axes inside densely
+        for (int axis = 0; axis < 3; axis++) {
+            const int64_t stride = extents[axis] > 1 ? t.strides[2 - axis] : (dense <= kMaxStride ? dense : 0);
+            b.set(first + axis, 0, extents[axis], stride);
+            dense = stride * std::max<int64_t>(extents[axis], 1);
+        }
     };
     const bool in_place = in.data == out.data;
     const int64_t offset = call.rotary_offset, tail_min = offset + call.rotary_dim;

@@ -297,13 +297,17 @@ std::string kernel_name(const ::testing::TestParamInfo<const KernelEntry *> &inf
 INSTANTIATE_TEST_SUITE_P(Kernels, KernelTest, ::testing::ValuesIn(all_kernels()), kernel_name);
 
 // --- frequency scaling (spec §6): the computed-source kernels -----------------------------------
-// --- NaN in the caller's cos/sin tables (cache source) ------------------------------------------
-std::vector<const KernelEntry *> cache_source_kernels() {
+// The built kernels `keep` selects.
+std::vector<const KernelEntry *> kernels_where(bool (*keep)(const KernelEntry &)) {
     std::vector<const KernelEntry *> kernels = all_kernels();
-    kernels.erase(std::remove_if(kernels.begin(), kernels.end(),
-                                 [](const KernelEntry *k) { return k->source != ROPE_SOURCE_CACHE; }),
+    kernels.erase(std::remove_if(kernels.begin(), kernels.end(), [&](const KernelEntry *k) { return !keep(*k); }),
                   kernels.end());
     return kernels;
+}
+
+// --- NaN in the caller's cos/sin tables (cache source) ------------------------------------------
+std::vector<const KernelEntry *> cache_source_kernels() {
+    return kernels_where([](const KernelEntry &k) { return k.source == ROPE_SOURCE_CACHE; });
 }
 
 class CacheNanTest : public KernelTest {};
@@ -331,11 +335,7 @@ TEST_P(CacheNanTest, GivesNanInItsPairs) {
 INSTANTIATE_TEST_SUITE_P(Kernels, CacheNanTest, ::testing::ValuesIn(cache_source_kernels()), kernel_name);
 
 std::vector<const KernelEntry *> computed_source_kernels() {
-    std::vector<const KernelEntry *> kernels = all_kernels();
-    kernels.erase(std::remove_if(kernels.begin(), kernels.end(),
-                                 [](const KernelEntry *k) { return k->source == ROPE_SOURCE_CACHE; }),
-                  kernels.end());
-    return kernels;
+    return kernels_where([](const KernelEntry &k) { return k.source != ROPE_SOURCE_CACHE; });
 }
 
 class ScalingTest : public KernelTest {
@@ -418,11 +418,7 @@ INSTANTIATE_TEST_SUITE_P(Kernels, ScalingTest, ::testing::ValuesIn(computed_sour
 
 // --- mrope (spec §6): the half-style computed-source kernels --------------------------------------
 std::vector<const KernelEntry *> mrope_kernels() {
-    std::vector<const KernelEntry *> kernels = computed_source_kernels();
-    kernels.erase(std::remove_if(kernels.begin(), kernels.end(),
-                                 [](const KernelEntry *k) { return k->style != ROPE_STYLE_HALF; }),
-                  kernels.end());
-    return kernels;
+    return kernels_where([](const KernelEntry &k) { return k.source != ROPE_SOURCE_CACHE && k.style == ROPE_STYLE_HALF; });
 }
 
 class MropeTest : public KernelTest {};

@@ -296,7 +296,6 @@ std::string kernel_name(const ::testing::TestParamInfo<const KernelEntry *> &inf
 
 INSTANTIATE_TEST_SUITE_P(Kernels, KernelTest, ::testing::ValuesIn(all_kernels()), kernel_name);
 
-// --- frequency scaling (spec §6): the computed-source kernels -----------------------------------
 // The built kernels `keep` selects.
 std::vector<const KernelEntry *> kernels_where(bool (*keep)(const KernelEntry &)) {
     std::vector<const KernelEntry *> kernels = all_kernels();
@@ -334,6 +333,7 @@ TEST_P(CacheNanTest, GivesNanInItsPairs) {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, CacheNanTest, ::testing::ValuesIn(cache_source_kernels()), kernel_name);
 
+// --- frequency scaling (spec §6): the computed-source kernels -----------------------------------
 std::vector<const KernelEntry *> computed_source_kernels() {
     return kernels_where([](const KernelEntry &k) { return k.source != ROPE_SOURCE_CACHE; });
 }

@@ -94,6 +94,11 @@ def key_id(key):
     return f"{key['style']}/{key['source']}/d{key['head_dim'] or 'any'}/{key['dtype']}"
 
 
+def key_filter(key):
+    """The --keys filter that selects `key` alone."""
+    return ",".join(f"{name}={key[name]}" for name in rk.MATCH_KEYS)
+
+
 def all_keys(filters):
     """Every key matching any of `filters` (dicts of key -> allowed values), commonest first."""
     keys = []
@@ -567,9 +572,10 @@ def table(results, keys):
 
 def compare(bench, defaults, tuned_file, keys, progress):
     """Default against tuned, measured afresh (not the run that chose them, whose winner is
-    favoured by its own noise), for every key the tuned file holds: a markdown table."""
+    favoured by its own noise), for every key the tuned file holds: a markdown table, and the
+    keys whose default or tuned schedule fails its check on this build (a row says which)."""
     tuned_entries = {key_id(entry["match"]): entry["params"] for entry in json.loads(tuned_file.read_text())["kernels"]}
-    rows, kept = [], 0
+    rows, kept, failed = [], 0, []
     for key in (k for k in keys if key_id(k) in tuned_entries):
         progress.done += 1
         default, tuned = canonical(rk.resolve(defaults, key)), canonical(tuned_entries[key_id(key)])
@@ -578,10 +584,13 @@ def compare(bench, defaults, tuned_file, keys, progress):
             continue
         progress.show(f"{key_id(key)}: default against tuned, {REPS_CONFIRM} reps")
         default_m, tuned_m = bench.measure(key, [default, tuned], REPS_CONFIRM)
-        rows.append(f"| {key_id(key)} | {default_m.headline()} | {tuned_m.headline()} | "
-                    f"{tuned_m.score() / default_m.score():.3f} | {', '.join(changed_knobs(default, tuned))} |")
+        cells = [m.headline() if m is not None else "fails its check" for m in (default_m, tuned_m)]
+        speedup = f"{tuned_m.score() / default_m.score():.3f}" if None not in (default_m, tuned_m) else "-"
+        if speedup == "-":
+            failed.append(key)
+        rows.append(f"| {key_id(key)} | {cells[0]} | {cells[1]} | {speedup} | {', '.join(changed_knobs(default, tuned))} |")
     header = [f"| key | default ({bench.measurement.UNIT.replace('_', ' ')}) | tuned | speedup | changed knobs |", "|---|---|---|---|---|"]
-    return "\n".join(header + rows) + f"\n\nThe other {kept} keys kept the defaults.\n"
+    return "\n".join(header + rows) + f"\n\nThe other {kept} keys kept the defaults.\n", failed
 
 
 def changed_knobs(default, params):
@@ -638,9 +647,15 @@ def main(argv=None):
     command = " ".join(["bench/tune/rope_tune.py"] + [shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])])
     if args.compare:
         rk.load_tuned_file(out, family, halide, ropegen)
-        markdown = compare(bench, defaults, out, keys, progress)
+        markdown, failed = compare(bench, defaults, out, keys, progress)
         progress.show("done\n")
         print(markdown)
+        if failed:  # the build would reject (aarch64: the NEON audit) or miscompute these: no README table
+            retune = " ".join(f"--keys {shlex.quote(key_filter(key))}" for key in failed)
+            print(f"rope_tune: {len(failed)} key(s) fail their check on this build: "
+                  f"{', '.join(map(key_id, failed))}; retune them: "
+                  f"bench/tune/rope_tune.py --target {family} {retune}", file=sys.stderr)
+            return 1
         if args.write_readme:
             # One section per tuned file: a family may have a file per machine.
             section = f"{family}/{machine['slug']}"

@@ -230,9 +230,11 @@ class FakeWorkbench(rt.Workbench):
     """Stands in for the build tree in the resume test: synthetic timings, an interruption."""
     interrupt_after = None
     measured_keys = []
+    broken = ()  # candidates that fail their check
+
     def __init__(self, build, family, isa, jobs, log):
         self.fingerprint = "fake"
-        self.landscape = Landscape()
+        self.landscape = Landscape(broken=FakeWorkbench.broken)
 
     def machine(self):
         return {"slug": "test-machine", "cpu": "a test CPU"}
@@ -287,6 +289,29 @@ class ResumeTest(unittest.TestCase):
             self.assertNotIn("old table", written)
             begin, end = sections["other-machine"]
             self.assertEqual(text[text.index(begin):text.index(end) + len(end)], f"{begin}\nold table\n{end}")
+
+    def test_compare_fails_on_a_tuned_schedule_that_fails_its_check(self):
+        with tempfile.TemporaryDirectory() as tmp, \
+                mock.patch.object(rt, "Workbench", FakeWorkbench), \
+                mock.patch.object(rt, "versions", lambda build: ("21.0.0", "0.1.0")), \
+                mock.patch("sys.stdout") as stdout, mock.patch("sys.stderr") as stderr:
+            argv = ["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache,style=half", "--build", tmp,
+                    "--out-dir", tmp]
+            FakeWorkbench.measured_keys, FakeWorkbench.interrupt_after = [], None
+            self.assertEqual(rt.main(argv + ["--fresh"]), 0)
+            readme = pathlib.Path(tmp) / "README.md"
+            readme.write_text("untouched\n")
+            try:  # the tuned schedule, which the build of this tuned file would use, now fails
+                FakeWorkbench.broken = [best_params(default_params())]
+                self.assertEqual(rt.main(argv + ["--compare", "--write-readme", str(readme)]), 1)
+            finally:
+                FakeWorkbench.broken = ()
+            printed = "".join(call.args[0] for call in stdout.write.call_args_list)
+            self.assertIn("| half/cache/d128/bf16 | 0.344 | fails its check | - |", printed)
+            reported = "".join(call.args[0] for call in stderr.write.call_args_list)
+            self.assertIn("fail their check on this build: half/cache/d128/bf16", reported)
+            self.assertIn(f"--target {FAMILY} --keys style=half,head_dim=128,dtype=bf16,source=cache", reported)
+            self.assertEqual(readme.read_text(), "untouched\n")
 
 
 if __name__ == "__main__":

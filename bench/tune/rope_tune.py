@@ -32,6 +32,7 @@ combined over shapes by geometric mean. The run is resumable: finished keys are 
 state file in the build tree and a rerun of the same command continues after them.
 """
 import argparse
+import collections
 import concurrent.futures
 import dataclasses
 import datetime
@@ -547,12 +548,28 @@ def write_json(path, document):
 
 
 def existing_results(path, family, halide, ropegen):
-    """The keys of a valid tuned file already at `path` (kept when this run tunes others)."""
+    """The keys of a valid tuned file already at `path` (kept when this run tunes others) and the
+    commands that wrote it, in the order they ran."""
     if not path.exists():
-        return {}
+        return {}, []
     rk.load_tuned_file(path, family, halide, ropegen)  # a bad file is an error, never overwritten silently
-    return {key_id(entry["match"]): {"key": entry["match"], "params": entry["params"], "measured": entry["measured"]}
-            for entry in json.loads(path.read_text())["kernels"]}
+    document = json.loads(path.read_text())
+    results = {key_id(entry["match"]): {"key": entry["match"], "params": entry["params"], "measured": entry["measured"]}
+               for entry in document["kernels"]}
+    return results, document["meta"]["tuned"]["command"].split(COMMAND_SEPARATOR)
+
+
+COMMAND_SEPARATOR = " && "
+
+
+def file_command(earlier_commands, results):
+    """meta.tuned.command of a file whose entries are `results`: the commands that wrote them, in
+    the order they ran (each entry records its own), so that running it rebuilds the file."""
+    used = collections.Counter(result["measured"].get("command") for result in results.values())
+    ordered = [c for c in earlier_commands if c in used]
+    # Commands of entries written before meta listed them all ran before it; the widest first.
+    unlisted = sorted((c for c in used if c and c not in ordered), key=lambda c: (-used[c], c))
+    return COMMAND_SEPARATOR.join(unlisted + ordered)
 
 
 def table(results, keys):
@@ -709,9 +726,12 @@ def main(argv=None):
         progress.key_done(time.monotonic() - started)
     progress.show("done\n" if progress.done == len(keys) else "budget spent\n")
 
+    earlier_results, earlier_commands = existing_results(out, family, halide, ropegen)
+    merged = {**earlier_results, **results}
+    # This run's command last: a key it tuned again drops the earlier command's entry.
     meta = {"machine": machine["slug"], "cpu": machine["cpu"], "method": bench.method, "halide": halide,
-            "ropegen": ropegen, "date": datetime.date.today().isoformat(), "command": command}
-    merged = {**existing_results(out, family, halide, ropegen), **results}
+            "ropegen": ropegen, "date": datetime.date.today().isoformat(),
+            "command": file_command([c for c in earlier_commands if c != command] + [command], merged)}
     write_json(out, tuned_document(family, meta, merged))
     rk.load_tuned_file(out, family, halide, ropegen)  # what the build will read
     print(table(results, keys))

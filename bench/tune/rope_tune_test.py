@@ -213,8 +213,14 @@ class FileTest(unittest.TestCase):
             defaults = rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY)
             self.assertEqual(rt.canonical(rk.resolve(defaults + entries, KEY)), tuned)
             # A later run keeps the keys it does not tune.
-            kept = rt.existing_results(path, FAMILY, "21.0.0", "0.1.0")
+            kept, commands = rt.existing_results(path, FAMILY, "21.0.0", "0.1.0")
             self.assertEqual(set(kept), set(results))
+            self.assertEqual(commands, [self.META["command"]])
+
+    def test_commands_of_a_file_that_listed_only_its_last_run_come_first(self):
+        results = {f"k{i}": {"measured": {"command": command}}
+                   for i, command in enumerate(["full"] * 3 + ["retune b", "retune a", "last"])}
+        self.assertEqual(rt.file_command(["last"], results), "full && retune a && retune b && last")
 
     def test_an_existing_bad_file_is_an_error_not_overwritten(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -289,6 +295,24 @@ class ResumeTest(unittest.TestCase):
             self.assertNotIn("old table", written)
             begin, end = sections["other-machine"]
             self.assertEqual(text[text.index(begin):text.index(end) + len(end)], f"{begin}\nold table\n{end}")
+
+    def test_the_file_names_every_command_that_wrote_it_in_order(self):
+        with tempfile.TemporaryDirectory() as tmp, \
+                mock.patch.object(rt, "Workbench", FakeWorkbench), \
+                mock.patch.object(rt, "versions", lambda build: ("21.0.0", "0.1.0")), \
+                mock.patch("sys.stdout"):
+            common = ["--target", FAMILY, "--build", tmp, "--out-dir", tmp, "--fresh"]
+            runs = [["--keys", "head_dim=128,dtype=bf16,source=cache"],  # both styles
+                    ["--keys", "head_dim=128,dtype=bf16,source=cache,style=interleaved"],
+                    ["--keys", "head_dim=128,dtype=bf16,source=cache,style=half"]]
+            first, second, third = (f"bench/tune/rope_tune.py {' '.join(common + run)}" for run in runs)
+            # The third run retunes the last key the first had written: the first drops out.
+            expected = [first, f"{first} && {second}", f"{second} && {third}"]
+            out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
+            for run, command in zip(runs, expected):
+                FakeWorkbench.measured_keys, FakeWorkbench.interrupt_after = [], None
+                self.assertEqual(rt.main(common + run), 0)
+                self.assertEqual(json.loads(out.read_text())["meta"]["tuned"]["command"], command)
 
     def test_compare_fails_on_a_tuned_schedule_that_fails_its_check(self):
         with tempfile.TemporaryDirectory() as tmp, \

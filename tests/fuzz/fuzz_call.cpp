@@ -742,13 +742,21 @@ void FuzzCall::build_cache(const Recipe &r) {
         store_bits(cos_buffer_.data() + i * entry_bytes, entry_bytes, nan);
         store_bits(sin_buffer_.data() + i * entry_bytes, entry_bytes, nan);
     }
+    // Adversarial and random-bits fills put their values into a quarter of the entries too (NaN,
+    // Inf, huge, subnormal, -0 or any bits: a caller's table is data like any other).
+    const Fill fill = code_of<Fill>(r.fill);
+    const bool odd_entries = fill == Fill::Adversarial || fill == Fill::RandomBits;
+    const auto random = [this] { return next_random(); };
+    const auto uniform = [this] { return next_uniform(); };
     for (int64_t row = 0; row < cache_rows_backed_; row++) {
         for (int64_t pair = 0; pair < pairs; pair++) {
-            // A point of the unit circle, as cos/sin of some angle: |c|, |s| <= 1 keeps §7's bound.
+            // A point of the unit circle, as cos/sin of some angle.
             const double c = 2 * next_uniform() - 1, s = std::sqrt(1 - c * c) * (next_random() % 2 ? 1 : -1);
             const int64_t at = (row * row_stride + pair) * entry_bytes;
-            store_bits(cos_buffer_.data() + at, entry_bytes, ref::encode(c, dtype));
-            store_bits(sin_buffer_.data() + at, entry_bytes, ref::encode(s, dtype));
+            for (auto [table, value] : {std::pair{cos_buffer_.data(), c}, std::pair{sin_buffer_.data(), s}}) {
+                const bool odd = odd_entries && next_random() % 4 == 0;
+                store_bits(table + at, entry_bytes, odd ? fill_value(fill, dtype, random, uniform) : ref::encode(value, dtype));
+            }
         }
     }
     cos_before_.assign(cos_buffer_.begin(), cos_buffer_.end());

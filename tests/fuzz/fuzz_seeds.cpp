@@ -161,6 +161,11 @@ std::vector<Seed> valid_seeds() {
         r.cache_len = Pick::of(CacheLen::MaxPlusThree);
     });
     add("valid_adversarial_values", [](Recipe &r) { r.fill = Pick::of(Fill::Adversarial); });
+    add("valid_adversarial_values_bf16_f32_table", [](Recipe &r) {  // NaN of an f32 table into bf16 kernels
+        r.dtype = value_of(kDtypes, ROPE_DTYPE_BF16);
+        r.cache_dtype = Pick::of(CacheDtype::F32);
+        r.fill = Pick::of(Fill::Adversarial);
+    });
     add("valid_head_padding_separate_outputs_bhsd", [](Recipe &r) {
         r.head_pad = Pick::of(3);
         r.layout[2] = r.layout[3] = Pick::of(Layout::BHSD);

@@ -239,23 +239,22 @@ private:
         rope_dtype dtype;
         rope_style style;
         int rotary, offset;
-        double tolerance;  ///< spec §7, relative to max(|x_pair|)
-        double scale;      ///< |attn_factor| of a computed source, else 1: bounds |c| and |s|
+        rope_source source;
+        double scale;  ///< |attn_factor| of a computed source, else 1: bounds |c| and |s| of its angles
     };
 
     void check_outputs() const {
         const rope_params &p = call_.params();
         const int64_t batch = p.q.sizes[0], seq = p.q.sizes[1];
         const auto source = static_cast<rope_source>(enum_value(p.angles.source));
-        // The cache source's tables hold |c|, |s| <= 1 (attn_factor folded in, spec §5).
+        // A cache source's scale is its table entries' (check_head); attn_factor is folded in there.
         const bool scaled = source != ROPE_SOURCE_CACHE && p.angles.attn_factor != 0;
-        const double attn_factor = scaled ? p.angles.attn_factor : 1.0;
         const Oracle oracle{static_cast<rope_dtype>(enum_value(p.q.dtype)),
                             static_cast<rope_style>(enum_value(p.style)),
                             static_cast<int>(p.rotary_dim != 0 ? p.rotary_dim : p.q.sizes[3]),
                             p.rotary_offset,
-                            ref::relative_tolerance(source, attn_factor),
-                            std::fabs(attn_factor)};
+                            source,
+                            scaled ? std::fabs(p.angles.attn_factor) : 1.0};
         const bool any_head = p.q.sizes[2] > 0 || (call_.has_k() && p.k.sizes[2] > 0);
         if (batch == 0 || seq == 0 || !any_head) {
             return;  // nothing to compare (batch may be huge when seq is 0)
@@ -288,6 +287,17 @@ private:
             x[d] = ref::decode(call_.bits_before(in, b, s, h, d), oracle.dtype);
         }
         const std::vector<double> y = ref::rotate_pairs(x, oracle.rotary, oracle.offset, oracle.style, angles);
+        // What bounds |c| and |s| of each lane's pair: a caller's table may hold any values
+        // (NaN and Inf are judged apart, in within_spec).
+        std::vector<double> scale(static_cast<size_t>(head_dim), oracle.scale);
+        for (int i = 0; oracle.source == ROPE_SOURCE_CACHE && i < oracle.rotary / 2; i++) {
+            const ref::PairLanes lanes = ref::pair_lanes(oracle.style, i, oracle.rotary, oracle.offset);
+            for (const double value : {angles.cos[i], angles.sin[i]}) {
+                if (std::isfinite(value)) {
+                    scale[lanes.a] = scale[lanes.b] = std::max(scale[lanes.a], std::fabs(value));
+                }
+            }
+        }
         for (int64_t d = 0; d < head_dim; d++) {
             const int partner = ref::partner_lane(oracle.style, static_cast<int>(d), oracle.rotary, oracle.offset);
             const uint32_t got = call_.bits_now(out, b, s, h, d);
@@ -295,9 +305,9 @@ private:
             if (partner < 0) {
                 ok = got == call_.bits_before(in, b, s, h, d);
             } else {
-                const double largest_product =
-                    std::max(std::fabs(x[d]), std::fabs(x[partner])) * std::max(1.0, oracle.scale);
-                ok = within_spec(got, y[d], x[d], x[partner], oracle, bounded && largest_product <= kLargestCheckedProduct);
+                const double largest_product = std::max(std::fabs(x[d]), std::fabs(x[partner])) * std::max(1.0, scale[d]);
+                ok = within_spec(got, y[d], x[d], x[partner], oracle, scale[d],
+                                 bounded && largest_product <= kLargestCheckedProduct);
             }
             if (!ok) {
                 std::ostringstream what;
@@ -333,30 +343,31 @@ private:
         return ref::for_direction(angles, static_cast<rope_direction>(enum_value(p.direction)));
     }
 
-    /// One rotated lane: NaN in the pair gives NaN, Inf gives a non-finite value; otherwise, where
-    /// no product can overflow f32, the bound of spec §7.
-    static bool within_spec(uint32_t got_bits, double want, double x, double partner, const Oracle &oracle, bool checked) {
+    /// One rotated lane: NaN in the pair gives NaN, Inf gives a non-finite value, and so do a NaN
+    /// and an Inf of the cos/sin table (fp64 meets a non-finite value only where f32 does: its
+    /// products of f32 values cannot overflow); otherwise, where no product can overflow f32, the
+    /// bound of spec §7 for |c|, |s| <= `scale`.
+    static bool within_spec(uint32_t got_bits, double want, double x, double partner, const Oracle &oracle, double scale,
+                            bool checked) {
         const rope_dtype dtype = oracle.dtype;
         const double got = ref::decode(got_bits, dtype);
-        if (std::isnan(x) || std::isnan(partner)) {
+        if (std::isnan(x) || std::isnan(partner) || std::isnan(want)) {
             return std::isnan(got);
         }
-        if (std::isinf(x) || std::isinf(partner)) {
+        if (std::isinf(x) || std::isinf(partner) || std::isinf(want)) {
             return !std::isfinite(got);
         }
         if (!checked) {
             return true;
         }
-        if (std::isnan(want)) {
-            return std::isnan(got);
-        }
         const double max_pair = std::max(std::fabs(x), std::fabs(partner));
         if (dtype == ROPE_DTYPE_F32) {
-            return std::isfinite(got) && std::fabs(got - want) <= oracle.tolerance * max_pair + ref::kF32SubnormalSlack;
+            return std::isfinite(got) &&
+                   std::fabs(got - want) <= ref::relative_tolerance(oracle.source, scale) * max_pair + ref::kF32SubnormalSlack;
         }
         return !std::isnan(got) &&
                (ref::ulp_distance(got_bits, ref::encode(want, dtype), dtype) <= ref::kSixteenBitUlps ||
-                (std::isfinite(got) && std::fabs(got - want) <= ref::sixteen_bit_tolerance(oracle.scale) * max_pair));
+                (std::isfinite(got) && std::fabs(got - want) <= ref::sixteen_bit_tolerance(scale) * max_pair));
     }
 
     FuzzCall &call_;

@@ -87,6 +87,8 @@ REPS_SCREEN, REPS_FINAL, REPS_LAYOUTS, REPS_CONFIRM = 3, 7, 5, 15
 # What a tuned schedule must gain over the default to replace it: less is within the noise of a
 # shared machine, and a change that does not pay is churn in the file.
 MIN_GAIN = 1.01
+# Joins the runs that wrote a tuned file in its meta.tuned.command.
+COMMAND_SEPARATOR = " && "
 
 
 # ---- Kernel keys and candidates ------------------------------------------------------------------
@@ -559,14 +561,13 @@ def existing_results(path, family, halide, ropegen):
     return results, document["meta"]["tuned"]["command"].split(COMMAND_SEPARATOR)
 
 
-COMMAND_SEPARATOR = " && "
-
-
-def file_command(earlier_commands, results):
-    """meta.tuned.command of a file whose entries are `results`: the commands that wrote them, in
-    the order they ran (each entry records its own), so that running it rebuilds the file."""
+def file_command(earlier_commands, command, results):
+    """meta.tuned.command of a file whose entries are `results`, written by `command` after
+    `earlier_commands`: the commands that wrote its entries (each records its own), in the order
+    they ran, so that running it rebuilds the file. A key tuned again drops the earlier entry."""
     used = collections.Counter(result["measured"].get("command") for result in results.values())
-    ordered = [c for c in earlier_commands if c in used]
+    runs = [c for c in earlier_commands if c != command] + [command]  # a rerun of a command ran last
+    ordered = [c for c in runs if c in used]
     # Commands of entries written before meta listed them all ran before it; the widest first.
     unlisted = sorted((c for c in used if c and c not in ordered), key=lambda c: (-used[c], c))
     return COMMAND_SEPARATOR.join(unlisted + ordered)
@@ -602,9 +603,11 @@ def compare(bench, defaults, tuned_file, keys, progress):
         progress.show(f"{key_id(key)}: default against tuned, {REPS_CONFIRM} reps")
         default_m, tuned_m = bench.measure(key, [default, tuned], REPS_CONFIRM)
         cells = [m.headline() if m is not None else "fails its check" for m in (default_m, tuned_m)]
-        speedup = f"{tuned_m.score() / default_m.score():.3f}" if None not in (default_m, tuned_m) else "-"
-        if speedup == "-":
+        if None in (default_m, tuned_m):
             failed.append(key)
+            speedup = "-"
+        else:
+            speedup = f"{tuned_m.score() / default_m.score():.3f}"
         rows.append(f"| {key_id(key)} | {cells[0]} | {cells[1]} | {speedup} | {', '.join(changed_knobs(default, tuned))} |")
     header = [f"| key | default ({bench.measurement.UNIT.replace('_', ' ')}) | tuned | speedup | changed knobs |", "|---|---|---|---|---|"]
     return "\n".join(header + rows) + f"\n\nThe other {kept} keys kept the defaults.\n", failed
@@ -728,10 +731,9 @@ def main(argv=None):
 
     earlier_results, earlier_commands = existing_results(out, family, halide, ropegen)
     merged = {**earlier_results, **results}
-    # This run's command last: a key it tuned again drops the earlier command's entry.
     meta = {"machine": machine["slug"], "cpu": machine["cpu"], "method": bench.method, "halide": halide,
             "ropegen": ropegen, "date": datetime.date.today().isoformat(),
-            "command": file_command([c for c in earlier_commands if c != command] + [command], merged)}
+            "command": file_command(earlier_commands, command, merged)}
     write_json(out, tuned_document(family, meta, merged))
     rk.load_tuned_file(out, family, halide, ropegen)  # what the build will read
     print(table(results, keys))

@@ -220,7 +220,7 @@ class FileTest(unittest.TestCase):
     def test_commands_of_a_file_that_listed_only_its_last_run_come_first(self):
         results = {f"k{i}": {"measured": {"command": command}}
                    for i, command in enumerate(["full"] * 3 + ["retune b", "retune a", "last"])}
-        self.assertEqual(rt.file_command(["last"], results), "full && retune a && retune b && last")
+        self.assertEqual(rt.file_command([], "last", results), "full && retune a && retune b && last")
 
     def test_an_existing_bad_file_is_an_error_not_overwritten(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -266,29 +266,22 @@ private:
             for (int64_t s = 0; s < seq; s++) {
                 const auto position = static_cast<int64_t>(call_.positions().values[b * seq + s]);
                 const ref::CosSin angles = token_angles(position, oracle.rotary);
+                const std::vector<double> scales = lane_scales(oracle, angles, p.q.sizes[3]);
                 // The spec bounds the precise source's error for positions below 2^24 only.
                 const bool bounded = source != ROPE_SOURCE_PRECISE || position <= ref::kPreciseMaxPosition;
                 for (const auto &[in, out] : {std::pair{kQ, kQOut}, std::pair{kK, kKOut}}) {
                     for (int64_t h = 0; (in == kQ || call_.has_k()) && h < call_.view(in).sizes[2]; h++) {
-                        check_head(oracle, in, out, {b, s, h}, position, angles, bounded);
+                        check_head(oracle, in, out, {b, s, h}, position, angles, scales, bounded);
                     }
                 }
             }
         }
     }
 
-    /// One head of `out` against the rotation of the same head of `in` before the call.
-    void check_head(const Oracle &oracle, int in, int out, const std::array<int64_t, 3> &head, int64_t position,
-                    const ref::CosSin &angles, bool bounded) const {
-        const auto [b, s, h] = head;
-        const int64_t head_dim = call_.view(in).sizes[3];
-        std::vector<double> x(static_cast<size_t>(head_dim));
-        for (int64_t d = 0; d < head_dim; d++) {
-            x[d] = ref::decode(call_.bits_before(in, b, s, h, d), oracle.dtype);
-        }
-        const std::vector<double> y = ref::rotate_pairs(x, oracle.rotary, oracle.offset, oracle.style, angles);
-        // What bounds |c| and |s| of each lane's pair: a caller's table may hold any values
-        // (NaN and Inf are judged apart, in within_spec).
+    /// What bounds |c| and |s| of each lane's pair: the computed sources' attn_factor, or the
+    /// pair's entries of a caller's table, which may hold any values (NaN and Inf are judged
+    /// apart, in within_spec).
+    static std::vector<double> lane_scales(const Oracle &oracle, const ref::CosSin &angles, int64_t head_dim) {
         std::vector<double> scale(static_cast<size_t>(head_dim), oracle.scale);
         for (int i = 0; oracle.source == ROPE_SOURCE_CACHE && i < oracle.rotary / 2; i++) {
             const ref::PairLanes lanes = ref::pair_lanes(oracle.style, i, oracle.rotary, oracle.offset);
@@ -298,6 +291,19 @@ private:
                 }
             }
         }
+        return scale;
+    }
+
+    /// One head of `out` against the rotation of the same head of `in` before the call.
+    void check_head(const Oracle &oracle, int in, int out, const std::array<int64_t, 3> &head, int64_t position,
+                    const ref::CosSin &angles, const std::vector<double> &scale, bool bounded) const {
+        const auto [b, s, h] = head;
+        const int64_t head_dim = call_.view(in).sizes[3];
+        std::vector<double> x(static_cast<size_t>(head_dim));
+        for (int64_t d = 0; d < head_dim; d++) {
+            x[d] = ref::decode(call_.bits_before(in, b, s, h, d), oracle.dtype);
+        }
+        const std::vector<double> y = ref::rotate_pairs(x, oracle.rotary, oracle.offset, oracle.style, angles);
         for (int64_t d = 0; d < head_dim; d++) {
             const int partner = ref::partner_lane(oracle.style, static_cast<int>(d), oracle.rotary, oracle.offset);
             const uint32_t got = call_.bits_now(out, b, s, h, d);

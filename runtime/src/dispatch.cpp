@@ -562,7 +562,8 @@ bool foldable_decode_step(const rope_params &p) {
 // is the largest divisor of B not above the threads the call may use (`threads`, as call_threads
 // gives it: 0 is the library's count). Only for a call foldable_decode_step accepts (it relies on
 // batch >= 2). `scalar_position` holds a scalar offset for the folded call's position table and
-// must outlive it.
+// must outlive it. The call is folded in place, or left as it was when a folded stride would not
+// fit (a view without elements may have any strides): false.
 bool fold_decode_batch(ValidCall *call, int threads, int64_t *scalar_position) {
     rope_params &p = call->params;
     const int64_t batch = p.q.sizes[0];
@@ -571,27 +572,37 @@ bool fold_decode_batch(ValidCall *call, int threads, int64_t *scalar_position) {
         parts--;
     }
     const int64_t tokens = batch / parts;
-    // A view without elements may have any strides, so a folded stride may not fit: such a call
-    // is not folded (a false return leaves *call half changed; the caller then runs its original).
-    for (rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
-        if (!call->has_k && (t == &p.k || t == &p.k_out)) {
-            continue;  // not part of the call, whatever they hold
-        }
-        t->sizes[0] = parts, t->sizes[1] = tokens;
-        t->strides[1] = t->strides[0];
-        if (__builtin_mul_overflow(t->strides[1], tokens, &t->strides[0])) {
+    rope_tensor *tensors[] = {&p.q, &p.k, &p.q_out, &p.k_out};
+    const int tensor_count = call->has_k ? 4 : 2;  // q, k, ... or q, q_out: k and k_out are not part of the call
+    if (!call->has_k) {
+        tensors[1] = &p.q_out;
+    }
+    rope_positions &pos = p.positions;
+    const bool scalar_offset = pos.kind == ROPE_POSITIONS_OFFSET && pos.data == nullptr;  // every token at one position
+    // A table's [b][0], or OFFSET's offset[b] (+ s = 0): both become [b / tokens][b % tokens].
+    const int64_t item_stride = scalar_offset ? 0 : pos.strides[0];
+    int64_t batch_strides[4], position_batch_stride = 0;
+    for (int t = 0; t < tensor_count; t++) {
+        if (__builtin_mul_overflow(tensors[t]->strides[0], tokens, &batch_strides[t])) {
             return false;
         }
     }
-    rope_positions &pos = p.positions;
-    if (pos.kind == ROPE_POSITIONS_OFFSET && pos.data == nullptr) {  // every token at the scalar offset
-        *scalar_position = pos.offset;
-        pos.data = scalar_position, pos.index_type = ROPE_INDEX_INT64, pos.strides[0] = 0;
+    if (__builtin_mul_overflow(item_stride, tokens, &position_batch_stride)) {
+        return false;
     }
-    // A table's [b][0], or OFFSET's offset[b] (+ s = 0): both become [b / tokens][b % tokens].
+    for (int t = 0; t < tensor_count; t++) {
+        tensors[t]->sizes[0] = parts, tensors[t]->sizes[1] = tokens;
+        tensors[t]->strides[1] = tensors[t]->strides[0];
+        tensors[t]->strides[0] = batch_strides[t];
+    }
+    if (scalar_offset) {
+        *scalar_position = pos.offset;
+        pos.data = scalar_position, pos.index_type = ROPE_INDEX_INT64;
+    }
     pos.kind = ROPE_POSITIONS_TABLE;
-    pos.strides[1] = pos.strides[0];
-    return !__builtin_mul_overflow(pos.strides[1], tokens, &pos.strides[0]);
+    pos.strides[1] = item_stride;
+    pos.strides[0] = position_batch_stride;
+    return true;
 }
 
 // A folded decode step of several parts, run as one parallel loop of a task per part, each the
@@ -651,8 +662,10 @@ rope_status run_decode_parts(const KernelEntry &kernel, const ValidCall &folded,
     return finish(report, ROPE_OK, "");
 }
 
-// Runs `kernel` on a validated call: dense, or varlen.
-rope_status run_call(const KernelEntry &kernel, const ValidCall &call, const CudaTarget &cuda, rope_report *report) {
+// Runs `kernel` on a validated call: dense, or varlen. A decode step is folded in place (`call`
+// is the caller's copy, which it does not read again): copying the call first cost a decode step
+// 15 ns.
+rope_status run_call(const KernelEntry &kernel, ValidCall &call, const CudaTarget &cuda, rope_report *report) {
     const rope_params &p = call.params;
     if (p.q.sizes[0] == 0 || p.q.sizes[1] == 0 || (p.q.sizes[2] == 0 && (!call.has_k || p.k.sizes[2] == 0))) {
         return finish(report, ROPE_OK, "");  // nothing to rotate: no scratch, no kernel, whatever the sizes
@@ -661,20 +674,12 @@ rope_status run_call(const KernelEntry &kernel, const ValidCall &call, const Cud
         return run_varlen(kernel, call, cuda, report);
     }
     const int threads = call_threads(call);
-    const ValidCall *to_run = &call;
-    ValidCall folded;  // copied only for a foldable decode step; other calls pay no copy
     int64_t scalar_position = 0;
-    if (foldable_decode_step(call.params)) {
-        folded = call;
-        if (fold_decode_batch(&folded, threads, &scalar_position)) {
-            if (folded.params.q.sizes[0] > 1) {
-                return run_decode_parts(kernel, folded, threads, report);
-            }
-            to_run = &folded;
-        }
+    if (foldable_decode_step(p) && fold_decode_batch(&call, threads, &scalar_position) && p.q.sizes[0] > 1) {
+        return run_decode_parts(kernel, call, threads, report);
     }
     CallContext context(report, threads);
-    return run(kernel, *to_run, cuda, report, context);
+    return run(kernel, call, cuda, report, context);
 }
 
 // Where the call runs: the capped CPU level, or the CUDA device of the call's context and stream.

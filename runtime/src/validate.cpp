@@ -155,21 +155,30 @@ bool disjoint(const rope_tensor &a, const ByteRange &ra, const rope_tensor &b, c
 
 // True when no two elements of `t` share an address (an output must not, or it would be written
 // twice): with the axes ordered by stride (ties by index), each stride clears the span of every
-// axis before it. Axes of one element span nothing. The order is taken pairwise, not sorted: this
-// runs on every call, where a sort's data-dependent swaps cost more than the 16 comparisons.
+// axis before it. Axes of one element span nothing. The order is an insertion sort that starts
+// from lane, heads, seq, batch: a view whose strides fall from batch to lane (BSHD, a decode
+// step) is in order after three comparisons, where taking the order pairwise cost 16 and a
+// fifth of validation.
 bool self_disjoint(const rope_tensor &t) {
     if (t.sizes[0] == 0 || t.sizes[1] == 0 || t.sizes[2] == 0 || t.sizes[3] == 0) {
         return true;  // a view without elements writes nothing
     }
-    for (int axis = 0; axis < 4; axis++) {
-        int64_t inner_span = 0;  // within the view's span, which validation proved fits
-        for (int other = 0; other < 4; other++) {
-            const bool before = t.strides[other] < t.strides[axis] || (t.strides[other] == t.strides[axis] && other < axis);
-            inner_span += before ? (t.sizes[other] - 1) * t.strides[other] : 0;
+    auto before = [&t](int a, int b) { return t.strides[a] < t.strides[b] || (t.strides[a] == t.strides[b] && a < b); };
+    int order[4] = {3, 2, 1, 0};
+    for (int i = 1; i < 4; i++) {
+        const int axis = order[i];
+        int slot = i;
+        for (; slot > 0 && before(axis, order[slot - 1]); slot--) {
+            order[slot] = order[slot - 1];
         }
+        order[slot] = axis;
+    }
+    int64_t inner_span = 0;  // within the view's span, which validation proved fits
+    for (const int axis : order) {
         if (t.sizes[axis] > 1 && t.strides[axis] <= inner_span) {
             return false;
         }
+        inner_span += (t.sizes[axis] - 1) * t.strides[axis];
     }
     return true;
 }

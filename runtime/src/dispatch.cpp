@@ -663,8 +663,7 @@ rope_status run_decode_parts(const KernelEntry &kernel, const ValidCall &folded,
 }
 
 // Runs `kernel` on a validated call: dense, or varlen. A decode step is folded in place (`call`
-// is the caller's copy, which it does not read again): copying the call first cost a decode step
-// 15 ns.
+// is the caller's copy, which it does not read again), not in a copy of the whole call.
 rope_status run_call(const KernelEntry &kernel, ValidCall &call, const CudaTarget &cuda, rope_report *report) {
     const rope_params &p = call.params;
     if (p.q.sizes[0] == 0 || p.q.sizes[1] == 0 || (p.q.sizes[2] == 0 && (!call.has_k || p.k.sizes[2] == 0))) {

@@ -363,7 +363,7 @@ void set_report_message(rope_report *report, const std::string &message) {
 
 void ensure_initialized() {
     // A function-local static, not std::call_once: every call passes here, and the static's
-    // guard is one inline load where call_once calls into libc (about 20 ns a call on Zen 5).
+    // guard is one inline load where call_once calls pthread_once in libc.
     static const bool initialized = [] {
         halide_set_error_handler(report_halide_error);
         halide_set_custom_print(ignore_halide_print);

@@ -5,6 +5,7 @@
 // NULL and short reports.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -584,6 +585,66 @@ TEST(ValidationHugeLattice, LatticeTestAtTwoPow30Sizes) {
     EXPECT_FALSE(token_lattice_meets(sb, nb, ss, ns, std::numeric_limits<int64_t>::min(), -largest));
     // Strides with no common factor: every integer is a point once both axes are long enough.
     EXPECT_TRUE(token_lattice_meets(1000003, nb, 999983, ns, 12345, 12347));
+}
+
+// An output that writes an element twice is rejected (spec §4). On small random views of every
+// axis order, repeated strides and strides of 0 among them: an accepted q_out maps every element
+// to its own address (a walk over all of them), and the verdict is the rule validation states,
+// evaluated here pairwise (ordered by stride, ties by index, each stride above the span of the
+// axes before it), whatever order validation takes the axes in.
+TEST(ValidationSelfOverlap, AnAcceptedOutputWritesEachElementOnce) {
+    std::mt19937_64 random(20261127);
+    const auto draw = [&](int64_t low, int64_t high) {
+        return std::uniform_int_distribution<int64_t>(low, high)(random);
+    };
+    int accepted = 0, rejected = 0;
+    for (int i = 0; i < 20000; i++) {
+        const int64_t sizes[4] = {draw(1, 3), draw(1, 3), draw(1, 3), 2 * draw(1, 2)};
+        const int64_t strides[4] = {draw(0, 12), draw(0, 12), draw(0, 12), 1};
+        bool rule_holds = true;
+        for (int axis = 0; axis < 4; axis++) {
+            int64_t inner_span = 0;
+            for (int other = 0; other < 4; other++) {
+                const bool before = strides[other] < strides[axis] || (strides[other] == strides[axis] && other < axis);
+                inner_span += before ? (sizes[other] - 1) * strides[other] : 0;
+            }
+            rule_holds = rule_holds && (sizes[axis] == 1 || strides[axis] > inner_span);
+        }
+        std::vector<int64_t> offsets;
+        for (int64_t b = 0; b < sizes[0]; b++)
+            for (int64_t s = 0; s < sizes[1]; s++)
+                for (int64_t h = 0; h < sizes[2]; h++)
+                    for (int64_t l = 0; l < sizes[3]; l++)
+                        offsets.push_back(b * strides[0] + s * strides[1] + h * strides[2] + l * strides[3]);
+        std::vector<float> in(offsets.size()), out(*std::max_element(offsets.begin(), offsets.end()) + 1);
+        rope_params p = rope_params_init();
+        p.q.data = in.data();
+        p.q_out.data = out.data();
+        for (int axis = 0; axis < 4; axis++) {
+            p.q.sizes[axis] = p.q_out.sizes[axis] = sizes[axis];
+            p.q.strides[axis] = axis == 3 ? 1 : (axis == 2 ? sizes[3] : (axis == 1 ? sizes[2] * sizes[3] : sizes[1] * sizes[2] * sizes[3]));
+            p.q_out.strides[axis] = strides[axis];
+        }
+        p.angles.source = ROPE_SOURCE_PRECISE;  // no tables; positions are the scalar offset 0 + s
+        rope_report report = rope_report_init();
+        const rope_status status = rope_query(&p, &report);
+        const std::string context = "sizes [" + std::to_string(sizes[0]) + ", " + std::to_string(sizes[1]) + ", " +
+                                    std::to_string(sizes[2]) + ", " + std::to_string(sizes[3]) + "] strides [" +
+                                    std::to_string(strides[0]) + ", " + std::to_string(strides[1]) + ", " +
+                                    std::to_string(strides[2]) + ", 1]: " + report.message;
+        if (rule_holds) {
+            ASSERT_TRUE(status == ROPE_OK || status == ROPE_ERR_UNSUPPORTED) << context;
+            std::sort(offsets.begin(), offsets.end());
+            ASSERT_TRUE(std::adjacent_find(offsets.begin(), offsets.end()) == offsets.end()) << context;
+            accepted++;
+        } else {
+            ASSERT_EQ(status, ROPE_ERR_OVERLAP) << context;
+            ASSERT_TRUE(mentions(report.message, "q_out overlaps itself")) << context;
+            rejected++;
+        }
+    }
+    EXPECT_GT(accepted, 1000);  // both verdicts are exercised
+    EXPECT_GT(rejected, 1000);
 }
 
 // --- enums ---------------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ using namespace ropegen::test;
 // generator's layout specializations. One-token views collapse: a decode step in BSHD or SBHD
 // takes the BSHD loop nest, and one in BHSD matches none and takes the strided fallback. A BSHD
 // decode step is timed out of place and in place (as vLLM rotates): the two favour different
-// schedules, and in place a schedule can lose half its speed where out of place it is level.
+// schedules, and a schedule level with another out of place can take 1.5x its time in place.
 struct TimedShape {
     const char *name;
     const char *layout;  // the schedule's layout group the shape exercises

@@ -572,11 +572,9 @@ bool fold_decode_batch(ValidCall *call, int threads, int64_t *scalar_position) {
         parts--;
     }
     const int64_t tokens = batch / parts;
-    rope_tensor *tensors[] = {&p.q, &p.k, &p.q_out, &p.k_out};
-    const int tensor_count = call->has_k ? 4 : 2;  // q, k, ... or q, q_out: k and k_out are not part of the call
-    if (!call->has_k) {
-        tensors[1] = &p.q_out;
-    }
+    // The call's tensors: without k, q and q_out (k and k_out are not part of the call).
+    rope_tensor *tensors[] = {&p.q, call->has_k ? &p.k : &p.q_out, &p.q_out, &p.k_out};
+    const int tensor_count = call->has_k ? 4 : 2;
     rope_positions &pos = p.positions;
     const bool scalar_offset = pos.kind == ROPE_POSITIONS_OFFSET && pos.data == nullptr;  // every token at one position
     // A table's [b][0], or OFFSET's offset[b] (+ s = 0): both become [b / tokens][b % tokens].

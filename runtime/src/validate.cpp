@@ -153,6 +153,13 @@ bool disjoint(const rope_tensor &a, const ByteRange &ra, const rope_tensor &b, c
                                 delta + token_span(b));
 }
 
+// The bytes of a view with elements whose farthest element lies `span` elements past its first
+// (byte_range() and check_tensor() share it).
+ByteRange bytes_spanned(const rope_tensor &t, int64_t span) {
+    const auto first = reinterpret_cast<uintptr_t>(t.data);
+    return {first, first + static_cast<uintptr_t>((span + 1) * static_cast<int64_t>(dtype_bytes(t.dtype))) - 1, false};
+}
+
 // True when no two elements of `t` share an address (an output must not, or it would be written
 // twice): with the axes ordered by stride (ties by index), each stride clears the span of every
 // axis before it. Axes of one element span nothing. The order is an insertion sort that starts
@@ -225,8 +232,7 @@ void check_tensor(Failure &f, const char *name, const rope_tensor &t, ByteRange 
                                     << " must be 1: the lane axis is contiguous (spec §4)";
         return;
     }
-    const auto first = reinterpret_cast<uintptr_t>(t.data);
-    *range = elements == 0 ? ByteRange{0, 0, true} : ByteRange{first, first + static_cast<uintptr_t>(bytes) - 1, false};
+    *range = elements == 0 ? ByteRange{0, 0, true} : bytes_spanned(t, span);
 }
 
 // Positions must lie in [0, limit) (spec §5); reads each table entry once. Positions in device
@@ -532,8 +538,7 @@ ByteRange byte_range(const rope_tensor &t) {
         }
         span += (t.sizes[axis] - 1) * t.strides[axis];  // validated not to overflow
     }
-    const auto first = reinterpret_cast<uintptr_t>(t.data);
-    return {first, first + static_cast<uintptr_t>((span + 1) * dtype_bytes(t.dtype)) - 1, false};
+    return bytes_spanned(t, span);
 }
 
 rope_status validate(const rope_params *user, ValidCall *call, std::string *message) {

@@ -486,5 +486,18 @@ TEST(KernelTable, BestIsaFirst) {
     }
 }
 
+// The generator starts every kernel function on a 64-byte boundary (rope_generator.cpp), so a
+// kernel's loops sit the same way across cache lines in every link, whatever is linked before.
+TEST(KernelTable, EveryKernelStartsOnA64ByteBoundary) {
+    std::vector<const KernelEntry *> kernels = all_kernels();
+    for (const KernelEntry *k : all_cuda_kernels()) {
+        kernels.push_back(k);  // their host side
+    }
+    ASSERT_FALSE(kernels.empty());
+    for (const KernelEntry *k : kernels) {
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(k->function) % 64, 0u) << k->name;
+    }
+}
+
 }  // namespace
 }  // namespace ropegen::test

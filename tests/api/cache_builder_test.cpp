@@ -178,38 +178,44 @@ std::vector<BuilderCase> builder_cases() {
 
 INSTANTIATE_TEST_SUITE_P(CacheBuilder, CacheBuilderTest, ::testing::ValuesIn(builder_cases()), case_name);
 
-// spec §5: compat's cos/sin of an f32 angle are accurate to about one ulp, at long contexts too.
-// Tighter than §7's bound on the rotation, which allows several ulps of a small value. The
-// builder shares the computed source's numerics; a caller's inv_freq fixes the f32 angles
-// exactly, so the check sees the sin/cos alone.
+// spec §5: compat's cos/sin of an f32 angle are accurate to about one ulp, at long contexts too,
+// for negative angles as well (a caller's inv_freq may be negative). Tighter than §7's bound on
+// the rotation, which allows several ulps of a small value. The builder shares the computed
+// source's numerics; a caller's inv_freq fixes the f32 angles exactly, so the check sees the
+// sin/cos alone.
 TEST(CacheBuilderAccuracy, CompatCosSinAreWithinOneUlpUpTo128kPositions) {
     constexpr int kRotaryDim = 128, kPairCount = kRotaryDim / 2;
     constexpr int64_t kLongLen = int64_t{1} << 17;
-    std::vector<float> inv_freq = ref::compat_inv_freq(500000, kRotaryDim);  // Llama 3's base
-    std::vector<float> cos(static_cast<size_t>(kLongLen * kPairCount)), sin(cos.size());
-    rope_cache_spec s = rope_cache_spec_init();
-    s.source = ROPE_SOURCE_COMPAT;
-    s.rotary_dim = kRotaryDim;
-    s.scaling.type = ROPE_SCALING_INV_FREQ;
-    s.scaling.inv_freq = inv_freq.data();
-    s.cos_cache = cos.data();
-    s.sin_cache = sin.data();
-    s.cache_len = kLongLen;
-    rope_report report = rope_report_init();
-    ASSERT_EQ(rope_build_cos_sin_cache(&s, &report), ROPE_OK) << report.message;
+    for (const float sign : {1.0f, -1.0f}) {
+        std::vector<float> inv_freq = ref::compat_inv_freq(500000, kRotaryDim);  // Llama 3's base
+        for (float &frequency : inv_freq) {
+            frequency *= sign;
+        }
+        std::vector<float> cos(static_cast<size_t>(kLongLen * kPairCount)), sin(cos.size());
+        rope_cache_spec s = rope_cache_spec_init();
+        s.source = ROPE_SOURCE_COMPAT;
+        s.rotary_dim = kRotaryDim;
+        s.scaling.type = ROPE_SCALING_INV_FREQ;
+        s.scaling.inv_freq = inv_freq.data();
+        s.cos_cache = cos.data();
+        s.sin_cache = sin.data();
+        s.cache_len = kLongLen;
+        rope_report report = rope_report_init();
+        ASSERT_EQ(rope_build_cos_sin_cache(&s, &report), ROPE_OK) << report.message;
 
-    // Every position of the first 4096, then every 61st: the oracle's long double sin/cos is slow
-    // under qemu.
-    for (int64_t m = 0; m < kLongLen; m += m < 4096 ? 1 : 61) {
-        const ref::CosSin want = ref::compat_cos_sin(m, inv_freq, 1.0);
-        for (int i = 0; i < kPairCount; i++) {
-            for (const auto &[table, exact] : {std::pair{&cos, want.cos[i]}, std::pair{&sin, want.sin[i]}}) {
-                const float got = (*table)[static_cast<size_t>(m * kPairCount + i)];
-                uint32_t bits = 0;
-                std::memcpy(&bits, &got, sizeof bits);
-                ASSERT_LE(ref::ulp_distance(bits, ref::encode(exact, ROPE_DTYPE_F32), ROPE_DTYPE_F32), 1)
-                    << (table == &cos ? "cos" : "sin") << "[" << m << "][" << i << "] = " << got << ", exact " << exact
-                    << " (angle " << ref::compat_angle(m, inv_freq[i]) << ")";
+        // Every position of the first 4096, then every 61st. The oracle is libm's f64 sin/cos,
+        // far below an f32 ulp (and not emulated under qemu, as long double is on aarch64).
+        for (int64_t m = 0; m < kLongLen; m += m < 4096 ? 1 : 61) {
+            for (int i = 0; i < kPairCount; i++) {
+                const double angle = ref::compat_angle(m, inv_freq[i]);
+                for (const auto &[table, exact] : {std::pair{&cos, std::cos(angle)}, std::pair{&sin, std::sin(angle)}}) {
+                    const float got = (*table)[static_cast<size_t>(m * kPairCount + i)];
+                    uint32_t bits = 0;
+                    std::memcpy(&bits, &got, sizeof bits);
+                    ASSERT_LE(ref::ulp_distance(bits, ref::encode(exact, ROPE_DTYPE_F32), ROPE_DTYPE_F32), 1)
+                        << (table == &cos ? "cos" : "sin") << "[" << m << "][" << i << "] = " << got << ", exact " << exact
+                        << " (angle " << angle << ")";
+                }
             }
         }
     }

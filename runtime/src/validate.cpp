@@ -19,6 +19,9 @@ namespace ropegen {
 namespace {
 
 constexpr int64_t kMaxPosition = std::numeric_limits<int32_t>::max();  // kernels index with int32
+// The computed sources reduce an angle by pi/2 exactly while |angle| < 2^32 (sin_cos in
+// generators/rope_math.cpp); beyond, their cos/sin would be wrong without a sign of it.
+constexpr double kMaxAngle = 4294967296.0;
 
 // The layouts of rope_params that ABI version 1 has had, oldest first: the bytes its callers
 // fill (the fields up to the first one appended after it) and its size (padded to the struct's
@@ -272,27 +275,29 @@ void check_mrope(Failure &f, const rope_params &p, const ValidCall &call, bool o
 
 // Frequency scaling (spec §6): the fields each type reads, and the attention factor YaRN and
 // LongRoPE derive when the caller gives none (a scalar, so derived here, once per call).
-void check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_device) {
+// Returns a bound on |inv_freq| over the pairs: 1 for the unscaled frequencies (base > 1), whose
+// pair 0 is 1 and the others smaller; 1 / factor where a scaling divides by a factor below 1.
+double check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_device) {
     const rope_scaling &sc = p.scaling;
     const int32_t type = enum_value(sc.type);
     if (type < ROPE_SCALING_NONE || type > ROPE_SCALING_INV_FREQ) {
         f.fail(ROPE_ERR_BAD_ENUM) << "scaling.type=" << type
                                   << " is not a rope_scaling_type (0 none, 1 linear, 2 dynamic, 3 yarn, 4 longrope, 5 llama3, 6 inv_freq)";
-        return;
+        return 1.0;
     }
     if (type == ROPE_SCALING_NONE) {
-        return;
+        return 1.0;
     }
     if (p.angles.source == ROPE_SOURCE_CACHE) {
         f.fail(ROPE_ERR_BAD_VALUE) << "scaling.type=" << type
                                    << " needs a computed source (angles.source compat or precise): a cos/sin cache already "
                                       "holds scaled values (build it with rope_build_cos_sin_cache)";
-        return;
+        return 1.0;
     }
     if (on_device) {
         f.fail(ROPE_ERR_UNSUPPORTED) << "scaling.type=" << type << ": CUDA calls support ROPE_SCALING_NONE only; "
                                      << "use the cache source with a table built by rope_build_cos_sin_cache";
-        return;
+        return 1.0;
     }
     auto positive = [&](const char *name, double value) {
         if (!f.failed() && !(value > 0 && std::isfinite(value))) {
@@ -305,27 +310,35 @@ void check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_de
         }
     };
     const int64_t pairs = call->rotary_dim / 2;
+    // Checks a table of rotary_dim/2 values and returns the least and the greatest magnitude.
     auto table = [&](const char *name, const float *values, bool any_finite) {
+        std::pair<double, double> magnitudes{std::numeric_limits<double>::infinity(), 0.0};
         if (f.failed()) {
-            return;
+            return magnitudes;
         }
         if (values == nullptr) {
             f.fail(ROPE_ERR_NULL_POINTER) << "scaling." << name << " is NULL; scaling.type=" << type << " reads rotary_dim/2="
                                           << pairs << " values from it";
-            return;
+            return magnitudes;
         }
         for (int64_t i = 0; i < pairs; i++) {
             if (!std::isfinite(values[i]) || (!any_finite && !(values[i] > 0))) {
                 f.fail(ROPE_ERR_BAD_VALUE) << "scaling." << name << "[" << i << "]=" << values[i] << " must be finite"
                                            << (any_finite ? "" : " and > 0") << " (spec §6)";
-                return;
+                return magnitudes;
             }
+            const double magnitude = std::fabs(values[i]);
+            magnitudes = {std::min(magnitudes.first, magnitude), std::max(magnitudes.second, magnitude)};
         }
+        return magnitudes;
     };
-    double attn_factor = 1.0;
+    // LINEAR, YARN and LLAMA3 divide inv_freq by the factor, for some pairs or all.
+    const double divided = std::max(1.0, 1.0 / static_cast<double>(sc.factor));
+    double attn_factor = 1.0, inv_freq_bound = 1.0;
     switch (type) {
     case ROPE_SCALING_LINEAR:
         positive("factor", sc.factor);
+        inv_freq_bound = divided;
         break;
     case ROPE_SCALING_DYNAMIC:
         positive("factor", sc.factor);
@@ -350,6 +363,7 @@ void check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_de
         attn_factor = sc.mscale != 0 && sc.mscale_all_dim != 0
                           ? yarn_mscale(sc.factor, sc.mscale) / yarn_mscale(sc.factor, sc.mscale_all_dim)
                           : yarn_mscale(sc.factor, 1.0);
+        inv_freq_bound = divided;
         break;
     }
     case ROPE_SCALING_LONGROPE: {
@@ -357,8 +371,10 @@ void check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_de
         if (!f.failed() && sc.max_positions < 0) {
             f.fail(ROPE_ERR_BAD_VALUE) << "scaling.max_positions=" << sc.max_positions << " must be >= 0 (0: original_max_positions)";
         }
-        table("short_factor", sc.short_factor, false);
-        table("long_factor", sc.long_factor, false);
+        // inv_freq / factor[i] of whichever table the sequence's length picks.
+        const double least_short = table("short_factor", sc.short_factor, false).first;
+        const double least_long = table("long_factor", sc.long_factor, false).first;
+        inv_freq_bound = std::max(1.0, 1.0 / std::min(least_short, least_long));
         const double ratio = sc.max_positions != 0 ? static_cast<double>(sc.max_positions) / sc.original_max_positions : 1.0;
         attn_factor = ratio > 1 ? std::sqrt(1 + std::log(ratio) / std::log(static_cast<double>(sc.original_max_positions))) : 1.0;
         break;
@@ -372,15 +388,17 @@ void check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_de
             f.fail(ROPE_ERR_BAD_VALUE) << "scaling.high_freq_factor=" << sc.high_freq_factor << " must be > low_freq_factor="
                                        << sc.low_freq_factor << " (spec §6)";
         }
+        inv_freq_bound = divided;
         break;
     case ROPE_SCALING_INV_FREQ:
-        table("inv_freq", sc.inv_freq, true);
+        inv_freq_bound = table("inv_freq", sc.inv_freq, true).second;
         break;
     }
     // A caller's attn_factor is transformers' attention_factor: it replaces the derived one.
     if (p.angles.attn_factor == 0) {
         call->attn_factor = static_cast<float>(attn_factor);
     }
+    return inv_freq_bound;
 }
 
 // Varlen (THD, spec §4): cu_seqlens against the packed token axis.
@@ -678,7 +696,7 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
         }
     }
 
-    check_scaling(f, p, call, on_device);
+    const double inv_freq_bound = check_scaling(f, p, call, on_device);
     if (!f.failed()) {
         check_mrope(f, p, *call, on_device);
     }
@@ -740,6 +758,10 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
             limit = a.cache_len;
             limit_rule = "angles.cache_len, spec §5";  // the message gives the value: no string built per call
         }
+    } else if (const double positions_in_range = kMaxAngle / inv_freq_bound; positions_in_range < static_cast<double>(limit)) {
+        // Positions p with p * |inv_freq| < 2^32; position 0 (angle 0) always.
+        limit = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(positions_in_range)));
+        limit_rule = "position x |inv_freq| must be < 2^32, where the computed sources reduce angles exactly (spec §5)";
     }
     check_varlen(f, p, on_device);
     if (f.failed()) {

@@ -869,6 +869,41 @@ TEST_F(Validation, CallersInvFreq) {
                        std::numeric_limits<float>::infinity(), 0);
 }
 
+// The computed sources reduce angles exactly while position x |inv_freq| < 2^32: a scaling that
+// raises the frequencies above 1 lowers the largest position, and the message gives it.
+TEST_F(Validation, PositionsWhoseAnglesLeaveTheExactlyReducedRange) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_COMPAT, ROPE_DTYPE_F32, kHeadDim);
+    std::vector<float> short_factor(kHeadDim / 2, 1.5f), inv_freq(kHeadDim / 2, 0.5f);
+    short_factor[5] = 0.125f;  // inv_freq up to 8: positions below 2^29
+    inv_freq[7] = -16.0f;      // |inv_freq| up to 16: below 2^28
+    struct Case {
+        rope_scaling_type type;
+        int64_t limit;
+    };
+    for (const Case &c : {Case{ROPE_SCALING_LINEAR, int64_t{1} << 30}, Case{ROPE_SCALING_YARN, int64_t{1} << 30},
+                          Case{ROPE_SCALING_LLAMA3, int64_t{1} << 30}, Case{ROPE_SCALING_LONGROPE, int64_t{1} << 29},
+                          Case{ROPE_SCALING_INV_FREQ, int64_t{1} << 28}}) {
+        SCOPED_TRACE(::testing::Message() << "scaling " << c.type);
+        rope_params p = scaled(valid(), c.type);
+        p.scaling.factor = 0.25f;  // inv_freq / factor up to 4: positions below 2^30
+        p.scaling.short_factor = short_factor.data();
+        p.scaling.inv_freq = inv_freq.data();
+        p.positions = rope_positions{};
+        p.positions.offset = c.limit - kSeq;  // the last token at limit - 1
+        rope_report report = rope_report_init();
+        EXPECT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+        p.positions.offset++;
+        expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE,
+                        {"positions.offset", "position " + std::to_string(c.limit), "< " + std::to_string(c.limit), "2^32"});
+    }
+    // Unscaled frequencies are at most 1: every position below 2^31 keeps its angle in range.
+    rope_params p = scaled(valid(), ROPE_SCALING_NONE);
+    p.positions = rope_positions{};
+    p.positions.offset = (int64_t{1} << 31) - kSeq;
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+}
+
 TEST_F(Validation, ParityModeNeedsCacheTablesInTheDtype) {
     rope_params p = valid();
     p.q.dtype = p.k.dtype = p.q_out.dtype = p.k_out.dtype = ROPE_DTYPE_BF16;

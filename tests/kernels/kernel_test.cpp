@@ -405,6 +405,18 @@ TEST_P(ScalingTest, EveryScaling) {
              c.scaling.high_freq_factor = 4;
          }},
         {"the caller's inv_freq", ROPE_SCALING_INV_FREQ, [](CaseSpec &) {}},
+        // Angles up to 2^32, the range the kernels reduce exactly (validation stops positions
+        // beyond it), at positions just below 2^31: frequencies of a few bits, so that the exact
+        // angles are f64 products (the precise source's accuracy bound stops at 2^24 otherwise).
+        {"the caller's inv_freq, angles up to 2^32", ROPE_SCALING_INV_FREQ,
+         [](CaseSpec &c) {
+             for (size_t i = 0; i < c.scaling.inv_freq.size(); i++) {
+                 c.scaling.inv_freq[i] = 2.0f - 0.25f * static_cast<float>(i % 8);
+             }
+             for (size_t t = 0; t < c.positions.values.size(); t++) {
+                 c.positions.values[t] = (int64_t{1} << 31) - 1 - 104729 * static_cast<int64_t>(t);
+             }
+         }},
     };
     for (const Variant &variant : variants) {
         SCOPED_TRACE(variant.name);

@@ -47,7 +47,8 @@ typedef enum rope_status {
     ROPE_ERR_BAD_SHAPE = 6,         /**< a size is negative or tensors disagree on batch/seq sizes */
     ROPE_ERR_SIZE_OVERFLOW = 7,     /**< an element or byte count overflows 64 bits */
     ROPE_ERR_BAD_STRIDE = 8,        /**< the head_dim stride is not 1, or a stride is negative */
-    ROPE_ERR_POSITION_OUT_OF_RANGE = 9, /**< a position is negative or not below cache_len (spec §5) */
+    ROPE_ERR_POSITION_OUT_OF_RANGE = 9, /**< a position is negative, not below cache_len or 2^31, or (computed
+                                             sources) makes position x |inv_freq| reach 2^32 (spec §5) */
     ROPE_ERR_OVERLAP = 10,          /**< an output partially overlaps an input or another output */
     ROPE_ERR_BAD_VALUE = 11,        /**< a scalar (base, attn_factor, cache_len, num_threads, a scaling parameter) is invalid */
     ROPE_ERR_ABI_MISMATCH = 12,     /**< struct_size or abi_version not understood */

@@ -125,6 +125,11 @@ extern "C" rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rop
     p.angles.attn_factor = spec->attn_factor;
     p.scaling = spec->scaling;
     if (const rope_status status = rope_dispatch(&p, report); status != ROPE_OK) {
+        // The only positions are the rows: a scaling's frequencies above 1 limit them.
+        if (status == ROPE_ERR_POSITION_OUT_OF_RANGE && report != nullptr && report->struct_size >= sizeof(rope_report)) {
+            set_report_message(report, "spec.cache_len=" + std::to_string(rows) + " (rows are positions 0.." +
+                                           std::to_string(rows - 1) + "): " + report->message);
+        }
         return status;
     }
 

@@ -246,6 +246,11 @@ TEST(CacheBuilderValidation, BadSpecsWriteNothing) {
         {ROPE_ERR_BAD_STRIDE, "spec.cache_row_stride=3", [](rope_cache_spec &s) { s.cache_row_stride = 3; }},
         {ROPE_ERR_OVERLAP, "overlap", [](rope_cache_spec &s) { s.sin_cache = static_cast<float *>(s.cos_cache) + 4; }},
         {ROPE_ERR_BAD_VALUE, "scaling.factor", [](rope_cache_spec &s) { s.scaling.type = ROPE_SCALING_LINEAR; }},
+        // inv_freq up to 2^29: angles stay below 2^32 only for rows below 8.
+        {ROPE_ERR_POSITION_OUT_OF_RANGE, "spec.cache_len=16", [](rope_cache_spec &s) {
+             s.scaling.type = ROPE_SCALING_LINEAR;
+             s.scaling.factor = 0x1p-29f;
+         }},
     };
     for (const Bad &bad : bads) {
         rope_cache_spec s = base();

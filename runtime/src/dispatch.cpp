@@ -785,7 +785,7 @@ extern "C" const char *rope_status_string(rope_status status) {
     case ROPE_ERR_BAD_SHAPE: return "ROPE_ERR_BAD_SHAPE: a size is negative or tensors disagree on their sizes";
     case ROPE_ERR_SIZE_OVERFLOW: return "ROPE_ERR_SIZE_OVERFLOW: an element or byte count overflows 64 bits";
     case ROPE_ERR_BAD_STRIDE: return "ROPE_ERR_BAD_STRIDE: the head_dim stride is not 1 or a stride is negative";
-    case ROPE_ERR_POSITION_OUT_OF_RANGE: return "ROPE_ERR_POSITION_OUT_OF_RANGE: a position is negative or beyond the cache";
+    case ROPE_ERR_POSITION_OUT_OF_RANGE: return "ROPE_ERR_POSITION_OUT_OF_RANGE: a position is negative or out of range";
     case ROPE_ERR_OVERLAP: return "ROPE_ERR_OVERLAP: an output partially overlaps another tensor";
     case ROPE_ERR_BAD_VALUE: return "ROPE_ERR_BAD_VALUE: a scalar argument is out of range";
     case ROPE_ERR_ABI_MISMATCH: return "ROPE_ERR_ABI_MISMATCH: struct_size or abi_version not understood";

@@ -861,7 +861,9 @@ std::vector<float> FuzzCall::scaling_table(ScalingTable table) const {
     }
     const std::vector<uint8_t> &bytes = scaling_tables_before_[table];
     std::vector<float> values(bytes.size() / sizeof(float));
-    std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+    if (!values.empty()) {  // (an empty vector's data() may be NULL, which memcpy must not get)
+        std::memcpy(values.data(), bytes.data(), bytes.size());
+    }
     return values;
 }
 

@@ -821,8 +821,9 @@ void FuzzCall::build_scaling(const Recipe &r) {
     const int64_t entries = pairs <= kMaxTableElements ? pairs : 0;
     const float *tables[kScalingTableCount] = {};
     for (int t = 0; t < kScalingTableCount; t++) {
-        // Valid values as the unit tests draw them: factors >= 1, frequencies of either sign.
-        const float low = t == kInvFreq ? -1.0f : 1.0f, high = t == kShortFactor ? 2.0f : t == kLongFactor ? 16.0f : 1.0f;
+        // Valid values: factors >= 1 (as the unit tests draw them), frequencies of either sign.
+        const float low = t == kInvFreq ? -1.0f : 1.0f;
+        const float high = t == kShortFactor ? 2.0f : t == kLongFactor ? 16.0f : 1.0f;
         std::vector<float> values(static_cast<size_t>(entries));
         for (float &value : values) {
             value = low + static_cast<float>(next_uniform()) * (high - low);
@@ -841,9 +842,10 @@ void FuzzCall::build_scaling(const Recipe &r) {
                 case ScalingTableMode::Count: break;
             }
         }
-        scaling_tables_[t] = GuardedBytes(reinterpret_cast<const uint8_t *>(values.data()), values.size() * sizeof(float), flush_);
-        scaling_tables_before_[t].assign(scaling_tables_[t].begin(), scaling_tables_[t].end());
-        tables[t] = mode == ScalingTableMode::Null ? nullptr : reinterpret_cast<const float *>(scaling_tables_[t].data());
+        GuardedBytes &table = scaling_tables_[t];
+        table = GuardedBytes(reinterpret_cast<const uint8_t *>(values.data()), values.size() * sizeof(float), flush_);
+        scaling_tables_before_[t].assign(table.begin(), table.end());
+        tables[t] = mode == ScalingTableMode::Null ? nullptr : reinterpret_cast<const float *>(table.data());
     }
     sc.short_factor = tables[kShortFactor];
     sc.long_factor = tables[kLongFactor];

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <numeric>
 #include <sstream>
 
@@ -11,6 +12,11 @@ namespace ropegen::fuzz {
 namespace {
 
 constexpr int64_t kTwo31 = int64_t{1} << 31;
+/// Computed sources reduce angles exactly below 2^32 (spec §5): larger ones are rejected.
+constexpr long double kMaxAngle = 0x1p32L;
+/// The library computes its position limit from the angle bound in double: a position whose
+/// largest angle lies this close to 2^32 (relative) may fall on either side.
+constexpr long double kAngleLimitSlack = 0x1p-40L;
 
 class Rules {
 public:
@@ -25,6 +31,9 @@ public:
             (text << ... << why);
             verdict_->broken.emplace_back(status, text.str());
         }
+    }
+    size_t broken_count() const {
+        return verdict_->broken.size();
     }
     /// A documented limit: when `applies`, rejecting with `status` is acceptable.
     void tolerate(bool applies, rope_status status) {
@@ -291,7 +300,99 @@ void judge_angles(const FuzzCall &call, Rules &rules) {
                   ROPE_ERR_SIZE_OVERFLOW, "cache_len x row stride overflows");
 }
 
-void judge_positions(const FuzzCall &call, Rules &rules) {
+/// Frequency scaling (spec §6 and rope.h's rope_scaling: the fields each type reads). Returns a
+/// bound on |inv_freq| over the pairs, which limits the positions of a computed source: 1 for
+/// the unscaled frequencies (base > 1: pair 0's is 1, the others smaller), 1 / factor where a
+/// factor below 1 divides them, the largest |inv_freq| of a caller's table. A scaling that breaks
+/// a rule is rejected for that: its bound is 1, so that no position rule stands in for it.
+long double judge_scaling(const FuzzCall &call, Rules &rules) {
+    const rope_params &p = call.params();
+    const rope_scaling &sc = p.scaling;
+    const int32_t type = enum_value(sc.type), source = enum_value(p.angles.source);
+    rules.require(type >= ROPE_SCALING_NONE && type <= ROPE_SCALING_INV_FREQ, ROPE_ERR_BAD_ENUM, "scaling.type=", type);
+    if (type <= ROPE_SCALING_NONE || type > ROPE_SCALING_INV_FREQ) {
+        return 1;
+    }
+    rules.require(source != ROPE_SOURCE_CACHE, ROPE_ERR_BAD_VALUE, "scaling.type=", type,
+                  " with the cache source (a cos/sin table holds scaled values already)");
+    if (source != ROPE_SOURCE_COMPAT && source != ROPE_SOURCE_PRECISE) {
+        return 1;
+    }
+    const size_t broken_before = rules.broken_count();
+    const auto finite_positive = [&](const char *name, double value) {
+        rules.require(std::isfinite(value) && value > 0, ROPE_ERR_BAD_VALUE, "scaling.", name, "=", value,
+                      " must be finite and > 0");
+    };
+    const auto original_max_in_range = [&] {
+        rules.require(sc.original_max_positions >= 1 && sc.original_max_positions < kTwo31, ROPE_ERR_BAD_VALUE,
+                      "scaling.original_max_positions=", sc.original_max_positions, " is not in [1, 2^31)");
+    };
+    // The least and greatest |value| of a table of R/2 entries, each finite (and > 0 for factors).
+    const auto table_magnitudes = [&](ScalingTable table, bool factors) {
+        const char *name = kScalingTableNames[table];
+        rules.require(call.scaling_table_pointer(table) != nullptr, ROPE_ERR_NULL_POINTER, name, " is NULL");
+        std::pair<long double, long double> magnitudes{std::numeric_limits<long double>::infinity(), 0};
+        const std::vector<float> values = call.scaling_table(table);
+        for (size_t i = 0; i < values.size(); i++) {
+            rules.require(std::isfinite(values[i]) && (!factors || values[i] > 0), ROPE_ERR_BAD_VALUE, name, "[", i,
+                          "]=", values[i], factors ? " must be finite and > 0" : " must be finite");
+            magnitudes.first = std::min<long double>(magnitudes.first, std::fabs(values[i]));
+            magnitudes.second = std::max<long double>(magnitudes.second, std::fabs(values[i]));
+        }
+        return magnitudes;
+    };
+    // LINEAR, YARN and LLAMA3 divide inv_freq by the factor (some pairs or all).
+    const long double divided = std::max(1.0L, 1.0L / sc.factor);
+    long double bound = 1;
+    switch (type) {
+        case ROPE_SCALING_LINEAR:
+            finite_positive("factor", sc.factor);
+            bound = divided;
+            break;
+        case ROPE_SCALING_DYNAMIC: {
+            finite_positive("factor", sc.factor);
+            original_max_in_range();
+            const int64_t rotary = p.rotary_dim != 0 ? p.rotary_dim : p.q.sizes[3];
+            rules.require(rotary >= 4, ROPE_ERR_BAD_ROTARY, "dynamic scaling raises base to R/(R-2): rotary_dim=",
+                          rotary, " must be >= 4");
+            break;
+        }
+        case ROPE_SCALING_YARN:
+            finite_positive("factor", sc.factor);
+            original_max_in_range();
+            finite_positive("beta_fast", sc.beta_fast != 0 ? sc.beta_fast : 32.0f);
+            finite_positive("beta_slow", sc.beta_slow != 0 ? sc.beta_slow : 1.0f);
+            for (const auto &[name, mscale] : {std::pair{"mscale", sc.mscale}, std::pair{"mscale_all_dim", sc.mscale_all_dim}}) {
+                rules.require(std::isfinite(mscale) && mscale >= 0, ROPE_ERR_BAD_VALUE, "scaling.", name, "=", mscale,
+                              " must be finite and >= 0");
+            }
+            bound = divided;
+            break;
+        case ROPE_SCALING_LONGROPE: {
+            original_max_in_range();
+            rules.require(sc.max_positions >= 0, ROPE_ERR_BAD_VALUE, "scaling.max_positions=", sc.max_positions,
+                          " must be >= 0");
+            // inv_freq / factor[i], of whichever table a sequence's length picks.
+            const long double least = std::min(table_magnitudes(kShortFactor, true).first,
+                                               table_magnitudes(kLongFactor, true).first);
+            bound = std::max(1.0L, 1 / least);
+            break;
+        }
+        case ROPE_SCALING_LLAMA3:
+            finite_positive("factor", sc.factor);
+            original_max_in_range();
+            finite_positive("low_freq_factor", sc.low_freq_factor);
+            finite_positive("high_freq_factor", sc.high_freq_factor);
+            rules.require(sc.high_freq_factor > sc.low_freq_factor, ROPE_ERR_BAD_VALUE, "scaling.high_freq_factor=",
+                          sc.high_freq_factor, " must be > low_freq_factor=", sc.low_freq_factor);
+            bound = divided;
+            break;
+        default: bound = table_magnitudes(kInvFreq, false).second;  // INV_FREQ
+    }
+    return rules.broken_count() == broken_before ? bound : 1;
+}
+
+void judge_positions(const FuzzCall &call, Rules &rules, long double inv_freq_bound) {
     const rope_params &p = call.params();
     const rope_positions &pos = p.positions;
     const int32_t kind = enum_value(pos.kind), index_type = enum_value(pos.index_type);
@@ -311,13 +412,23 @@ void judge_positions(const FuzzCall &call, Rules &rules) {
     if (!call.positions().known) {
         return;
     }
-    const bool cache = enum_value(p.angles.source) == ROPE_SOURCE_CACHE;
+    const int32_t source = enum_value(p.angles.source);
+    const bool cache = source == ROPE_SOURCE_CACHE;
     const __int128 lowest = call.positions().min, highest = call.positions().max;
     rules.require(lowest >= 0, ROPE_ERR_POSITION_OUT_OF_RANGE, "a position is negative");
     rules.require(!cache || highest < p.angles.cache_len, ROPE_ERR_POSITION_OUT_OF_RANGE, "position ",
                   static_cast<int64_t>(std::min<__int128>(highest, std::numeric_limits<int64_t>::max())),
                   " is not below cache_len=", p.angles.cache_len);
     rules.tolerate(highest >= kTwo31, ROPE_ERR_POSITION_OUT_OF_RANGE);  // kernels index with int32
+    const bool computed = source == ROPE_SOURCE_COMPAT || source == ROPE_SOURCE_PRECISE;
+    if (computed && highest > 0) {
+        // The largest angle, position x |inv_freq|, must stay below 2^32 (spec §5).
+        const long double largest_angle = static_cast<long double>(highest) * inv_freq_bound;
+        rules.require(largest_angle < kMaxAngle * (1 + kAngleLimitSlack), ROPE_ERR_POSITION_OUT_OF_RANGE, "position ",
+                      static_cast<int64_t>(std::min<__int128>(highest, std::numeric_limits<int64_t>::max())),
+                      " x |inv_freq| <= ", static_cast<double>(inv_freq_bound), " reaches 2^32");
+        rules.tolerate(largest_angle >= kMaxAngle * (1 - kAngleLimitSlack), ROPE_ERR_POSITION_OUT_OF_RANGE);
+    }
 }
 
 }  // namespace
@@ -369,7 +480,7 @@ Verdict judge_validity(const FuzzCall &call) {
     rules.require(source >= ROPE_SOURCE_CACHE && source <= ROPE_SOURCE_PRECISE, ROPE_ERR_BAD_ENUM, "source=", source);
     judge_tensors(call, rules);
     judge_angles(call, rules);
-    judge_positions(call, rules);
+    judge_positions(call, rules, judge_scaling(call, rules));
     judge_aliasing(call, rules);
     return verdict;
 }

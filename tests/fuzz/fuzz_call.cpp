@@ -16,6 +16,8 @@ namespace ref = ropegen::reference;
 using test::GuardedBytes;
 
 const char *const kTensorNames[kTensorCount] = {"q", "k", "q_out", "k_out"};
+const char *const kScalingTableNames[kScalingTableCount] = {"scaling.short_factor", "scaling.long_factor",
+                                                            "scaling.inv_freq"};
 
 int64_t element_size(int32_t dtype) {
     return dtype == ROPE_DTYPE_F16 || dtype == ROPE_DTYPE_BF16 ? 2 : 4;
@@ -69,9 +71,10 @@ double double_value(const Pick &pick) {
     std::memcpy(&value, &pick.raw, sizeof(value));
     return value;
 }
-float float_value(const Pick &pick) {
+template <size_t N>
+float float_value(const Pick &pick, const float (&table)[N]) {
     if (!pick.is_raw) {
-        return kAttnFactors[pick.code % code_count(kAttnFactors)];
+        return table[pick.code % N];
     }
     const auto bits = static_cast<uint32_t>(pick.raw);
     float value;
@@ -243,6 +246,7 @@ FuzzCall::FuzzCall(const Recipe &recipe) {
     resolve_rotary(recipe);
     build_positions(recipe);
     build_cache(recipe);
+    build_scaling(recipe);
     build_structs(recipe);
 }
 
@@ -268,7 +272,7 @@ void FuzzCall::resolve_scalars(const Recipe &r) {
     store_raw(params_.angles.source, table_value(r.source, kSources));
     params_.num_threads = table_value(r.num_threads, kNumThreads);
     params_.angles.base = double_value(r.base);
-    params_.angles.attn_factor = float_value(r.attn_factor);
+    params_.angles.attn_factor = float_value(r.attn_factor, kAttnFactors);
     head_pad_ = r.head_pad.code % 4;
 }
 
@@ -677,8 +681,7 @@ void FuzzCall::build_cache(const Recipe &r) {
     rope_angles &a = params_.angles;
     const int64_t rotary = params_.rotary_dim != 0 ? params_.rotary_dim : views_[kQ].sizes[3];
     const int64_t pairs = std::clamp<int64_t>(rotary / 2, 1, 4096);  // what a valid call's rows hold
-    const int64_t max_position =
-        positions_.known ? saturate(std::clamp<__int128>(positions_.max, 0, int64_t{1} << 62)) : 0;
+    const int64_t max_position = largest_position();
     if (r.cache_len.is_raw) {
         a.cache_len = r.cache_len.raw;
     } else {
@@ -763,6 +766,107 @@ void FuzzCall::build_cache(const Recipe &r) {
     sin_before_.assign(sin_buffer_.begin(), sin_buffer_.end());
     a.cos_cache = null_target_ == NullTarget::CosCache ? nullptr : cos_buffer_.data();
     a.sin_cache = null_target_ == NullTarget::SinCache ? nullptr : sin_buffer_.data();
+}
+
+int64_t FuzzCall::largest_position() const {
+    return positions_.known ? saturate(std::clamp<__int128>(positions_.max, 0, int64_t{1} << 62)) : 0;
+}
+
+void FuzzCall::build_scaling(const Recipe &r) {
+    rope_scaling &sc = params_.scaling;
+    store_raw(sc.type, table_value(r.scaling_type, kScalingTypes));
+    sc.factor = float_value(r.scaling_factor, kScalingFactors);
+    const int64_t largest = largest_position();
+    if (r.original_max.is_raw) {
+        sc.original_max_positions = r.original_max.raw;
+    } else {
+        switch (code_of<OriginalMax>(r.original_max)) {
+            case OriginalMax::LargestPosition: sc.original_max_positions = std::max<int64_t>(largest, 1); break;
+            case OriginalMax::HalfLargest: sc.original_max_positions = std::max<int64_t>(largest / 2, 1); break;
+            case OriginalMax::Zero: sc.original_max_positions = 0; break;
+            case OriginalMax::Negative: sc.original_max_positions = -1; break;
+            case OriginalMax::Int32Limit: sc.original_max_positions = kTwo31; break;
+            case OriginalMax::LongestLength:
+            case OriginalMax::Count: sc.original_max_positions = largest + 1; break;
+        }
+    }
+    if (r.max_positions.is_raw) {
+        sc.max_positions = r.max_positions.raw;
+    } else {
+        switch (code_of<MaxPositions>(r.max_positions)) {
+            case MaxPositions::SixteenOriginal: sc.max_positions = mul_saturated(sc.original_max_positions, 16); break;
+            case MaxPositions::Original: sc.max_positions = sc.original_max_positions; break;
+            case MaxPositions::Negative: sc.max_positions = -1; break;
+            case MaxPositions::Default:
+            case MaxPositions::Count: sc.max_positions = 0; break;
+        }
+    }
+    const FreqFactors &freq_factors = kFreqFactors[r.freq_factors.code % code_count(kFreqFactors)];
+    sc.low_freq_factor = freq_factors.low;
+    sc.high_freq_factor = freq_factors.high;
+    sc.beta_fast = float_value(r.yarn_params[0], kYarnParams);
+    sc.beta_slow = float_value(r.yarn_params[1], kYarnParams);
+    sc.mscale = float_value(r.yarn_params[2], kYarnParams);
+    sc.mscale_all_dim = float_value(r.yarn_params[3], kYarnParams);
+    sc.yarn_no_truncate = r.yarn_no_truncate ? 1 : 0;
+
+    // Each table holds exactly the rotary_dim/2 floats the library may read, so that reading one
+    // more faults. A table too large to allocate stops the call only where the type reads it.
+    const int64_t rotary = params_.rotary_dim != 0 ? params_.rotary_dim : views_[kQ].sizes[3];
+    const int64_t pairs = std::max<int64_t>(rotary / 2, 0);
+    const int32_t type = enum_value(sc.type);
+    if (pairs > kMaxTableElements && (type == ROPE_SCALING_LONGROPE || type == ROPE_SCALING_INV_FREQ)) {
+        skip_reason_ = "the scaling tables are too large to allocate";
+    }
+    const int64_t entries = pairs <= kMaxTableElements ? pairs : 0;
+    const float *tables[kScalingTableCount] = {};
+    for (int t = 0; t < kScalingTableCount; t++) {
+        // Valid values: factors >= 1 (as the unit tests draw them), frequencies of either sign.
+        const float low = t == kInvFreq ? -1.0f : 1.0f;
+        const float high = t == kShortFactor ? 2.0f : t == kLongFactor ? 16.0f : 1.0f;
+        std::vector<float> values(static_cast<size_t>(entries));
+        for (float &value : values) {
+            value = low + static_cast<float>(next_uniform()) * (high - low);
+        }
+        const ScalingTableMode mode = code_of<ScalingTableMode>(r.scaling_tables[t]);
+        if (!values.empty()) {
+            float &odd = values[next_random() % values.size()];
+            switch (mode) {
+                case ScalingTableMode::OneZero: odd = 0; break;
+                case ScalingTableMode::OneNegative: odd = -odd; break;
+                case ScalingTableMode::OneNaN: odd = std::numeric_limits<float>::quiet_NaN(); break;
+                case ScalingTableMode::OneInf: odd = std::numeric_limits<float>::infinity(); break;
+                case ScalingTableMode::OneSteep: odd = t == kInvFreq ? 0x1p20f : 0x1p-20f; break;
+                case ScalingTableMode::Valid:
+                case ScalingTableMode::Null:
+                case ScalingTableMode::Count: break;
+            }
+        }
+        GuardedBytes &table = scaling_tables_[t];
+        table = GuardedBytes(reinterpret_cast<const uint8_t *>(values.data()), values.size() * sizeof(float), flush_);
+        scaling_tables_before_[t].assign(table.begin(), table.end());
+        tables[t] = mode == ScalingTableMode::Null ? nullptr : reinterpret_cast<const float *>(table.data());
+    }
+    sc.short_factor = tables[kShortFactor];
+    sc.long_factor = tables[kLongFactor];
+    sc.inv_freq = tables[kInvFreq];
+}
+
+const float *FuzzCall::scaling_table_pointer(ScalingTable table) const {
+    const rope_scaling &sc = params_.scaling;
+    return table == kShortFactor ? sc.short_factor : table == kLongFactor ? sc.long_factor : sc.inv_freq;
+}
+
+std::vector<float> FuzzCall::scaling_table(ScalingTable table) const {
+    if (scaling_table_pointer(table) == nullptr) {
+        return {};
+    }
+    const std::vector<uint8_t> &bytes = scaling_tables_before_[table];
+    std::vector<float> values(bytes.size() / sizeof(float));
+    if (!values.empty()) {  // (an empty vector's data() may be NULL, which memcpy must not get)
+        std::memcpy(values.data(), bytes.data(), bytes.size());
+    }
+    return values;
 }
 
 double FuzzCall::cache_value(bool sine, int64_t row, int64_t pair) const {
@@ -902,6 +1006,11 @@ std::optional<std::string> FuzzCall::changed_outside(const std::vector<int> &wri
     if (auto change = first_change("the sin table", sin_buffer_, sin_before_)) {
         return change;
     }
+    for (int t = 0; t < kScalingTableCount; t++) {
+        if (auto change = first_change(kScalingTableNames[t], scaling_tables_[t], scaling_tables_before_[t])) {
+            return change;
+        }
+    }
     if (null_target_ != NullTarget::Params) {
         return first_change("the rope_params struct", params_buffer_, params_before_);
     }
@@ -962,6 +1071,21 @@ std::string FuzzCall::describe() const {
         << " cache_row_stride=" << a.cache_row_stride << " cache_dtype=" << enum_value(a.cache_dtype)
         << " (rows allocated: " << cache_rows_backed_ << ") base=" << a.base << " attn_factor=" << a.attn_factor
         << "\n";
+    const rope_scaling &sc = p.scaling;
+    out << "  scaling: type=" << enum_value(sc.type) << " factor=" << sc.factor
+        << " original_max_positions=" << sc.original_max_positions << " max_positions=" << sc.max_positions
+        << " low/high_freq_factor=" << sc.low_freq_factor << "/" << sc.high_freq_factor
+        << " beta_fast/slow=" << sc.beta_fast << "/" << sc.beta_slow << " mscale/all_dim=" << sc.mscale << "/"
+        << sc.mscale_all_dim << " yarn_no_truncate=" << sc.yarn_no_truncate << "\n";
+    for (int t = 0; t < kScalingTableCount; t++) {
+        const auto table = static_cast<ScalingTable>(t);
+        const std::vector<float> values = scaling_table(table);
+        out << "    " << kScalingTableNames[t] << (scaling_table_pointer(table) == nullptr ? " = NULL" : ":");
+        for (size_t i = 0; i < std::min<size_t>(values.size(), 12); i++) {
+            out << " " << values[i];
+        }
+        out << (values.size() > 12 ? " ...\n" : "\n");
+    }
     if (!skip_reason_.empty()) {
         out << "  not run: " << skip_reason_ << "\n";
     }

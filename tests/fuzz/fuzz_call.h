@@ -22,6 +22,7 @@ using ropegen::enum_value;
 using ropegen::store_raw;
 
 extern const char *const kTensorNames[kTensorCount];
+extern const char *const kScalingTableNames[kScalingTableCount];  ///< "scaling.short_factor", ...
 
 /// Larger views, tables and position arrays are not allocated: the call is only validated.
 inline constexpr int64_t kMaxViewElements = 16384;
@@ -135,6 +136,11 @@ public:
     bool cache_backed() const {
         return cache_backed_;
     }
+    /// The values of a scaling table as the call holds them: rotary_dim/2 floats, or none when
+    /// the pointer is NULL.
+    std::vector<float> scaling_table(ScalingTable table) const;
+    /// The table's pointer in the struct (NULL by the recipe, or for a struct_size without scaling).
+    const float *scaling_table_pointer(ScalingTable table) const;
 
     /// Bits of element (b, s, h, d) of `tensor` before the call / now.
     uint32_t bits_before(int tensor, int64_t b, int64_t s, int64_t h, int64_t d) const;
@@ -159,6 +165,9 @@ private:
     void resolve_rotary(const Recipe &r);
     void build_positions(const Recipe &r);
     void build_cache(const Recipe &r);
+    void build_scaling(const Recipe &r);
+    /// The largest position clamped to [0, 2^62], 0 when unknown: what codes relative to it use.
+    int64_t largest_position() const;
     void build_structs(const Recipe &r);
 
     int32_t isa_cap_ = 0;
@@ -178,6 +187,9 @@ private:
     std::vector<uint8_t> cos_before_, sin_before_;
     int64_t cache_rows_backed_ = 0;
     bool cache_backed_ = true;
+
+    test::GuardedBytes scaling_tables_[kScalingTableCount];  ///< exactly rotary_dim/2 floats each
+    std::vector<uint8_t> scaling_tables_before_[kScalingTableCount];
 
     rope_params params_{};
     test::GuardedBytes params_buffer_;

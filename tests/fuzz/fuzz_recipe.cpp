@@ -139,6 +139,18 @@ void visit(Io &io, R &r) {
     io.pick(r.attn_factor, code_count(kAttnFactors), kRaw32);
     io.pick(r.fill, code_count<Fill>(), kNoRaw);
     io.word(r.seed);
+    io.pick(r.scaling_type, code_count(kScalingTypes), kRaw32);
+    io.pick(r.scaling_factor, code_count(kScalingFactors), kRaw32);
+    io.pick(r.original_max, code_count<OriginalMax>(), kRaw64);
+    io.pick(r.max_positions, code_count<MaxPositions>(), kRaw64);
+    io.pick(r.freq_factors, code_count(kFreqFactors), kNoRaw);
+    for (auto &param : r.yarn_params) {
+        io.pick(param, code_count(kYarnParams), kRaw32);
+    }
+    io.flag(r.yarn_no_truncate);
+    for (auto &mode : r.scaling_tables) {
+        io.pick(mode, code_count<ScalingTableMode>(), kNoRaw);
+    }
 }
 
 }  // namespace

@@ -55,6 +55,25 @@ inline constexpr double kBases[] = {0,   10000, 500000, 1e6, 2, 1.5, 1.0000001, 
 inline constexpr float kAttnFactors[] = {0, 1, 0.5f, 2, -1, 0.125f, 1e-40f, 1e30f, -0.0f,
                                          std::numeric_limits<float>::quiet_NaN(),
                                          std::numeric_limits<float>::infinity()};
+inline constexpr int32_t kScalingTypes[] = {ROPE_SCALING_NONE,     ROPE_SCALING_LINEAR,   ROPE_SCALING_DYNAMIC,
+                                            ROPE_SCALING_YARN,     ROPE_SCALING_LONGROPE, ROPE_SCALING_LLAMA3,
+                                            ROPE_SCALING_INV_FREQ, 7,                     -1};
+/// scaling.factor: usual factors, factors below 1 (they raise inv_freq, so they lower the largest
+/// position a computed source takes: 2^-29 leaves 8), then invalid ones and a subnormal.
+inline constexpr float kScalingFactors[] = {1, 2, 4, 8, 0.5f, 0.25f, 0x1p-29f, 0, -2,
+                                            std::numeric_limits<float>::quiet_NaN(),
+                                            std::numeric_limits<float>::infinity(), 1e-40f};
+/// LLAMA3's low_freq_factor and high_freq_factor: Llama 3.1's, another valid pair, then equal,
+/// inverted and invalid ones.
+struct FreqFactors {
+    float low, high;
+};
+inline constexpr FreqFactors kFreqFactors[] = {{1, 4}, {0.5f, 8}, {2, 2}, {4, 1}, {0, 4}, {-1, 4},
+                                               {1, std::numeric_limits<float>::infinity()},
+                                               {std::numeric_limits<float>::quiet_NaN(), 4}};
+/// YARN's beta_fast, beta_slow, mscale and mscale_all_dim (0: each one's default).
+inline constexpr float kYarnParams[] = {0, 32, 1, 16, 2, 0.707f, 0.5f, -1, std::numeric_limits<float>::quiet_NaN(),
+                                        std::numeric_limits<float>::infinity()};
 
 // --- fields whose codes are resolved against other fields --------------------------------------
 enum class StructSize : uint8_t { Exact, Zero, Eight, Shorter, Longer, Count };
@@ -119,6 +138,31 @@ enum class RowStride : uint8_t { Default, Pairs, PairsPlusOne, PairsPlusSeven, P
 enum class CacheDtype : uint8_t { F32, TensorDtype, F16, BF16, Count };
 /// Values of the input tensors.
 enum class Fill : uint8_t { Uniform, Nonzero, Adversarial, RandomBits, Count };
+/// scaling.original_max_positions relative to the largest position m of the call.
+enum class OriginalMax : uint8_t {
+    LongestLength,   ///< m + 1: no sequence is longer than orig
+    LargestPosition, ///< m (at least 1): the longest sequence is one token longer than orig
+    HalfLargest,     ///< m / 2 (at least 1)
+    Zero,
+    Negative,
+    Int32Limit,      ///< 2^31
+    Count
+};
+/// scaling.max_positions (LONGROPE) relative to original_max_positions.
+enum class MaxPositions : uint8_t { Default, SixteenOriginal, Original, Negative, Count };
+/// A per-pair table of the scaling: short_factor, long_factor, inv_freq.
+enum ScalingTable { kShortFactor, kLongFactor, kInvFreq, kScalingTableCount };
+/// Values of a scaling table.
+enum class ScalingTableMode : uint8_t {
+    Valid,        ///< short_factor in [1, 2), long_factor in [1, 16), inv_freq in [-1, 1)
+    Null,
+    OneZero,      ///< valid, one entry 0
+    OneNegative,  ///< valid, one entry negated
+    OneNaN,
+    OneInf,
+    OneSteep,     ///< valid, one entry that makes |inv_freq| 2^20 (a factor of 2^-20)
+    Count
+};
 
 /// The four tensors of a call, in the order recipes index them.
 enum TensorIndex { kQ, kK, kQOut, kKOut, kTensorCount };
@@ -166,6 +210,15 @@ struct Recipe {
     Pick attn_factor;  ///< kAttnFactors; raw: the bits of a float
     Pick fill;         ///< Fill
     uint32_t seed = 0; ///< values of tensors, positions and cache tables
+    // Frequency scaling (spec §6), appended: inputs from before it decode as no scaling.
+    Pick scaling_type;    ///< kScalingTypes
+    Pick scaling_factor;  ///< kScalingFactors; raw: the bits of a float
+    Pick original_max;    ///< OriginalMax
+    Pick max_positions;   ///< MaxPositions
+    Pick freq_factors;    ///< kFreqFactors
+    Pick yarn_params[4];  ///< kYarnParams of beta_fast, beta_slow, mscale, mscale_all_dim; raw: float bits
+    bool yarn_no_truncate = false;
+    Pick scaling_tables[kScalingTableCount];  ///< ScalingTableMode
 };
 
 /// Decodes any bytes (missing ones read as zero).

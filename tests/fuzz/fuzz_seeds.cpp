@@ -60,6 +60,90 @@ struct Seed {
     std::function<void(Recipe &)> edit;
 };
 
+/// A computed source with a scaling of `type`, over random positions of [0, 64) per sequence, so
+/// that sequences of one call differ in length (DYNAMIC, LONGROPE take each one's).
+void scaled(Recipe &r, int32_t type, int32_t source) {
+    r.source = value_of(kSources, source);
+    r.scaling_type = value_of(kScalingTypes, type);
+    r.positions_kind = value_of(kPositionKinds, ROPE_POSITIONS_TABLE);
+    r.position_values = Pick::of(PositionValues::RandomSmall);
+}
+
+/// Valid calls of every scaling type (spec §6), alternating compat and precise.
+std::vector<Seed> scaling_seeds() {
+    const struct {
+        const char *name;
+        int32_t type;
+        std::function<void(Recipe &)> edit;
+    } scalings[] = {
+        {"linear", ROPE_SCALING_LINEAR, [](Recipe &r) { r.scaling_factor = value_of(kScalingFactors, 4.0f); }},
+        {"dynamic", ROPE_SCALING_DYNAMIC,
+         [](Recipe &r) {
+             r.scaling_factor = value_of(kScalingFactors, 2.0f);
+             r.original_max = Pick::of(OriginalMax::HalfLargest);
+         }},
+        {"yarn", ROPE_SCALING_YARN,
+         [](Recipe &r) {
+             r.scaling_factor = value_of(kScalingFactors, 8.0f);
+             r.original_max = Pick::of(OriginalMax::HalfLargest);
+         }},
+        // DeepSeek's form: mscale and mscale_all_dim, other betas, no truncation; bf16.
+        {"yarn_mscales_no_truncate_bf16", ROPE_SCALING_YARN,
+         [](Recipe &r) {
+             r.scaling_factor = value_of(kScalingFactors, 4.0f);
+             r.yarn_params[0] = value_of(kYarnParams, 16.0f);
+             r.yarn_params[1] = value_of(kYarnParams, 2.0f);
+             r.yarn_params[2] = value_of(kYarnParams, 0.707f);
+             r.yarn_params[3] = value_of(kYarnParams, 1.0f);
+             r.yarn_no_truncate = true;
+             r.dtype = value_of(kDtypes, ROPE_DTYPE_BF16);
+         }},
+        // A caller's attn_factor replaces the derived one.
+        {"yarn_attn_factor_inverse", ROPE_SCALING_YARN,
+         [](Recipe &r) {
+             r.scaling_factor = value_of(kScalingFactors, 2.0f);
+             r.attn_factor = value_of(kAttnFactors, 0.5f);
+             r.direction = value_of(kDirections, ROPE_INVERSE);
+         }},
+        {"longrope", ROPE_SCALING_LONGROPE,
+         [](Recipe &r) {
+             r.original_max = Pick::of(OriginalMax::LargestPosition);
+             r.max_positions = Pick::of(MaxPositions::SixteenOriginal);
+         }},
+        {"llama3", ROPE_SCALING_LLAMA3,
+         [](Recipe &r) {
+             r.scaling_factor = value_of(kScalingFactors, 8.0f);
+             r.original_max = Pick::of(OriginalMax::HalfLargest);
+         }},
+        {"inv_freq_interleaved", ROPE_SCALING_INV_FREQ,
+         [](Recipe &r) { r.style = value_of(kStyles, ROPE_STYLE_INTERLEAVED); }},
+        // Angles close to 2^32: one frequency of 2^20 at positions near 1000.
+        {"inv_freq_steep", ROPE_SCALING_INV_FREQ,
+         [](Recipe &r) {
+             r.scaling_tables[kInvFreq] = Pick::of(ScalingTableMode::OneSteep);
+             r.positions_kind = value_of(kPositionKinds, ROPE_POSITIONS_OFFSET);
+             r.scalar_offset = Pick::of(ScalarOffset::Thousand);
+         }},
+        // inv_freq x 2^29: positions 0..4 stay below the angle limit (2^32 / 2^29 = 8).
+        {"linear_tiny_factor", ROPE_SCALING_LINEAR,
+         [](Recipe &r) {
+             r.scaling_factor = value_of(kScalingFactors, 0x1p-29f);
+             r.positions_kind = value_of(kPositionKinds, ROPE_POSITIONS_OFFSET);
+         }},
+    };
+    std::vector<Seed> seeds;
+    int index = 0;
+    for (const auto &scaling : scalings) {
+        const int32_t source = index++ % 2 == 0 ? ROPE_SOURCE_COMPAT : ROPE_SOURCE_PRECISE;
+        const std::string name = std::string("valid_scaling_") + scaling.name + (source == ROPE_SOURCE_COMPAT ? "_compat" : "_precise");
+        seeds.push_back({name, [type = scaling.type, edit = scaling.edit, source](Recipe &r) {
+            scaled(r, type, source);
+            edit(r);
+        }});
+    }
+    return seeds;
+}
+
 std::vector<Seed> valid_seeds() {
     std::vector<Seed> seeds;
     const struct {
@@ -198,6 +282,9 @@ std::vector<Seed> valid_seeds() {
         r.cache_len = Pick::of(CacheLen::Negative);
         r.null_target = Pick::of(NullTarget::CosCache);
     });
+    for (Seed &seed : scaling_seeds()) {
+        seeds.push_back(std::move(seed));
+    }
     return seeds;
 }
 
@@ -287,6 +374,53 @@ std::vector<Seed> invalid_seeds() {
     });
     add("num_threads_negative", [](Recipe &r) { r.num_threads = value_of(kNumThreads, -1); });
     add("isa_cap_enum", [](Recipe &r) { r.isa_cap = value_of(kIsaCaps, 4); });
+    add("scaling_type_enum", [](Recipe &r) { scaled(r, 7, ROPE_SOURCE_COMPAT); });
+    add("scaling_with_cache_source", [](Recipe &r) { scaled(r, ROPE_SCALING_LINEAR, ROPE_SOURCE_CACHE); });
+    add("scaling_factor_nan", [](Recipe &r) {
+        scaled(r, ROPE_SCALING_LINEAR, ROPE_SOURCE_PRECISE);
+        r.scaling_factor = first_code(kScalingFactors, [](float factor) { return std::isnan(factor); });
+    });
+    add("scaling_original_max_zero", [](Recipe &r) {
+        scaled(r, ROPE_SCALING_YARN, ROPE_SOURCE_COMPAT);
+        r.original_max = Pick::of(OriginalMax::Zero);
+    });
+    add("scaling_dynamic_rotary_two", [](Recipe &r) {
+        scaled(r, ROPE_SCALING_DYNAMIC, ROPE_SOURCE_COMPAT);
+        r.rotary_dim = Pick::of(RotaryDim::Two);
+    });
+    add("scaling_yarn_beta_fast_negative", [](Recipe &r) {
+        scaled(r, ROPE_SCALING_YARN, ROPE_SOURCE_PRECISE);
+        r.yarn_params[0] = value_of(kYarnParams, -1.0f);
+    });
+    add("scaling_longrope_short_factor_null", [](Recipe &r) {
+        scaled(r, ROPE_SCALING_LONGROPE, ROPE_SOURCE_COMPAT);
+        r.scaling_tables[kShortFactor] = Pick::of(ScalingTableMode::Null);
+    });
+    add("scaling_longrope_long_factor_zero", [](Recipe &r) {
+        scaled(r, ROPE_SCALING_LONGROPE, ROPE_SOURCE_PRECISE);
+        r.scaling_tables[kLongFactor] = Pick::of(ScalingTableMode::OneZero);
+    });
+    add("scaling_llama3_freq_factors_equal", [](Recipe &r) {
+        scaled(r, ROPE_SCALING_LLAMA3, ROPE_SOURCE_COMPAT);
+        r.freq_factors = first_code(kFreqFactors, [](FreqFactors pair) { return pair.low == pair.high; });
+    });
+    add("scaling_inv_freq_inf", [](Recipe &r) {
+        scaled(r, ROPE_SCALING_INV_FREQ, ROPE_SOURCE_PRECISE);
+        r.scaling_tables[kInvFreq] = Pick::of(ScalingTableMode::OneInf);
+    });
+    // Angles that reach 2^32: position 8 x 2^29, and positions near 2^24 x 2^20.
+    add("scaling_linear_tiny_factor_angle_past_limit", [](Recipe &r) {
+        scaled(r, ROPE_SCALING_LINEAR, ROPE_SOURCE_COMPAT);
+        r.scaling_factor = value_of(kScalingFactors, 0x1p-29f);
+        r.positions_kind = value_of(kPositionKinds, ROPE_POSITIONS_OFFSET);
+        r.scalar_offset = Pick::of(ScalarOffset::Small);
+    });
+    add("scaling_inv_freq_steep_angle_past_limit", [](Recipe &r) {
+        scaled(r, ROPE_SCALING_INV_FREQ, ROPE_SOURCE_PRECISE);
+        r.scaling_tables[kInvFreq] = Pick::of(ScalingTableMode::OneSteep);
+        r.positions_kind = value_of(kPositionKinds, ROPE_POSITIONS_OFFSET);
+        r.scalar_offset = Pick::of(ScalarOffset::PreciseLimit);
+    });
     return seeds;
 }
 

@@ -240,21 +240,49 @@ private:
         rope_style style;
         int rotary, offset;
         rope_source source;
-        double scale;  ///< |attn_factor| of a computed source, else 1: bounds |c| and |s| of its angles
+        ref::Scaling scaling;  ///< of a computed source
+        double attn_factor;    ///< of a computed source: the caller's, else the scaling's (spec §6)
+        double scale;          ///< |attn_factor| of a computed source, else 1: bounds |c| and |s| of its angles
     };
+
+    /// The call's scaling as the reference takes it, zero fields resolved to their defaults.
+    ref::Scaling reference_scaling() const {
+        const rope_scaling &sc = call_.params().scaling;
+        ref::Scaling scaling;
+        scaling.type = static_cast<rope_scaling_type>(enum_value(sc.type));
+        scaling.factor = sc.factor;
+        scaling.low_freq_factor = sc.low_freq_factor;
+        scaling.high_freq_factor = sc.high_freq_factor;
+        scaling.beta_fast = sc.beta_fast != 0 ? sc.beta_fast : 32.0;
+        scaling.beta_slow = sc.beta_slow != 0 ? sc.beta_slow : 1.0;
+        scaling.original_max = sc.original_max_positions;
+        scaling.max_positions = sc.max_positions;
+        scaling.mscale = sc.mscale;
+        scaling.mscale_all_dim = sc.mscale_all_dim;
+        scaling.truncate = sc.yarn_no_truncate == 0;
+        scaling.short_factor = call_.scaling_table(kShortFactor);
+        scaling.long_factor = call_.scaling_table(kLongFactor);
+        scaling.inv_freq = call_.scaling_table(kInvFreq);
+        return scaling;
+    }
 
     void check_outputs() const {
         const rope_params &p = call_.params();
         const int64_t batch = p.q.sizes[0], seq = p.q.sizes[1];
         const auto source = static_cast<rope_source>(enum_value(p.angles.source));
+        const ref::Scaling scaling = reference_scaling();
+        // The library takes the derived factor as an f32, like a caller's (rope_angles.attn_factor).
+        const double attn_factor =
+            p.angles.attn_factor != 0 ? p.angles.attn_factor : static_cast<float>(ref::scaling_attn_factor(scaling));
         // A cache source's scale is its table entries' (check_head); attn_factor is folded in there.
-        const bool scaled = source != ROPE_SOURCE_CACHE && p.angles.attn_factor != 0;
         const Oracle oracle{static_cast<rope_dtype>(enum_value(p.q.dtype)),
                             static_cast<rope_style>(enum_value(p.style)),
                             static_cast<int>(p.rotary_dim != 0 ? p.rotary_dim : p.q.sizes[3]),
                             p.rotary_offset,
                             source,
-                            scaled ? std::fabs(p.angles.attn_factor) : 1.0};
+                            scaling,
+                            attn_factor,
+                            source != ROPE_SOURCE_CACHE ? std::fabs(attn_factor) : 1.0};
         const bool any_head = p.q.sizes[2] > 0 || (call_.has_k() && p.k.sizes[2] > 0);
         if (batch == 0 || seq == 0 || !any_head) {
             return;  // nothing to compare (batch may be huge when seq is 0)
@@ -263,9 +291,10 @@ private:
             fail("harness: a call that ran has no list of its positions");
         }
         for (int64_t b = 0; b < batch; b++) {
+            const Frequencies frequencies = sequence_frequencies(oracle, b, seq);
             for (int64_t s = 0; s < seq; s++) {
                 const auto position = static_cast<int64_t>(call_.positions().values[b * seq + s]);
-                const ref::CosSin angles = token_angles(position, oracle.rotary);
+                const ref::CosSin angles = token_angles(oracle, frequencies, position);
                 const std::vector<double> scales = lane_scales(oracle, angles, p.q.sizes[3]);
                 // The spec bounds the precise source's error for positions below 2^24 only.
                 const bool bounded = source != ROPE_SOURCE_PRECISE || position <= ref::kPreciseMaxPosition;
@@ -331,22 +360,36 @@ private:
         }
     }
 
+    /// inv_freq of a computed source for one sequence (spec §6: DYNAMIC and LONGROPE take its
+    /// length, its largest position + 1); none for the cache source.
+    struct Frequencies {
+        std::vector<float> compat;
+        std::vector<long double> exact;
+    };
+    Frequencies sequence_frequencies(const Oracle &oracle, int64_t b, int64_t seq) const {
+        const auto first = call_.positions().values.begin() + b * seq;
+        const auto length = static_cast<int64_t>(*std::max_element(first, first + seq) + 1);
+        const double base = call_.params().angles.base != 0 ? call_.params().angles.base : 10000.0;
+        switch (oracle.source) {
+            case ROPE_SOURCE_COMPAT: return {ref::compat_scaled_inv_freq(base, oracle.rotary, oracle.scaling, length), {}};
+            case ROPE_SOURCE_PRECISE: return {{}, ref::exact_scaled_inv_freq(base, oracle.rotary, oracle.scaling, length)};
+            default: return {};
+        }
+    }
+
     /// cos and sin of one token (spec §5), attn_factor and direction applied.
-    ref::CosSin token_angles(int64_t position, int rotary) const {
-        const rope_params &p = call_.params();
-        const double base = p.angles.base != 0 ? p.angles.base : 10000.0;
-        const double attn_factor = p.angles.attn_factor != 0 ? p.angles.attn_factor : 1.0;
+    ref::CosSin token_angles(const Oracle &oracle, const Frequencies &frequencies, int64_t position) const {
         ref::CosSin angles;
-        switch (enum_value(p.angles.source)) {
-            case ROPE_SOURCE_COMPAT: angles = ref::compat_cos_sin(position, rotary, base, attn_factor); break;
-            case ROPE_SOURCE_PRECISE: angles = ref::exact_cos_sin(position, rotary, base, attn_factor); break;
+        switch (oracle.source) {
+            case ROPE_SOURCE_COMPAT: angles = ref::compat_cos_sin(position, frequencies.compat, oracle.attn_factor); break;
+            case ROPE_SOURCE_PRECISE: angles = ref::exact_cos_sin(position, frequencies.exact, oracle.attn_factor); break;
             default:
-                for (int i = 0; i < rotary / 2; i++) {
+                for (int i = 0; i < oracle.rotary / 2; i++) {
                     angles.cos.push_back(call_.cache_value(false, position, i));
                     angles.sin.push_back(call_.cache_value(true, position, i));
                 }
         }
-        return ref::for_direction(angles, static_cast<rope_direction>(enum_value(p.direction)));
+        return ref::for_direction(angles, static_cast<rope_direction>(enum_value(call_.params().direction)));
     }
 
     /// One rotated lane: NaN in the pair gives NaN, Inf gives a non-finite value, and so do a NaN

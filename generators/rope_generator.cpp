@@ -195,8 +195,8 @@ private:
             // scaling (the common case) gets a loop nest with the plain frequencies only.
             inv_freq_.specialize(*scaling_type_ == ROPE_SCALING_NONE);
         }
-        if (sequence_length_.defined()) {
-            sequence_length_.compute_root();
+        if (last_position_.defined()) {
+            last_position_.compute_root();
         }
         // Computed angles are never inlined: that would evaluate sin/cos once per head.
         const CosSinAt angles_at = source != Source::Cache && cos_sin_at == CosSinAt::Inline ? CosSinAt::Task : cos_sin_at;
@@ -270,9 +270,10 @@ private:
                               at_pair(given_inv_freq_)};
         Expr length = 0;
         if (scaled) {
+            // The largest position, then the length in 64 bits: a position may be 2^31 - 1.
             const RDom token(0, positions_->dim(0).extent());
-            sequence_length_(v.batch) = maximum(position_(token, v.batch, 0)) + 1;
-            length = sequence_length_(v.row);
+            last_position_(v.batch) = maximum(position_(token, v.batch, 0));
+            length = cast<int64_t>(last_position_(v.row)) + 1;
             length_rows_ = select(depends_on_length(scaling), 1, 0);
         }
         inv_freq_(v.pair, v.row) = scaled_inv_freq(source == Source::Compat, v.pair, *base_, 2 * rotary_pairs(), scaling, length);
@@ -403,7 +404,7 @@ private:
     GeneratorInput<double> *base_ = nullptr;
     GeneratorInput<float> *attn_factor_ = nullptr, *sin_sign_ = nullptr;
     std::vector<TensorOutputs> outputs_;
-    Func position_{"position"}, sequence_length_{"sequence_length"}, inv_freq_{"inv_freq"}, cos_sin_{"cos_sin"};
+    Func position_{"position"}, last_position_{"last_position"}, inv_freq_{"inv_freq"}, cos_sin_{"cos_sin"};
     Expr length_rows_;  // 1 when inv_freq has a row per batch item, else 0 (see define_inv_freq)
     std::vector<RotatedTensorFuncs> tensors_;
 };

@@ -24,8 +24,9 @@ struct Scaling {
 /// True for the scalings whose frequencies depend on the length of the sequence (DYNAMIC, LONGROPE).
 Halide::Expr depends_on_length(const Scaling &scaling);
 
-/// inv_freq of `pair` under `scaling`, for a sequence of `length` tokens (its largest position + 1;
-/// read only when depends_on_length). compat: f32, following transformers' float32 arithmetic
+/// inv_freq of `pair` under `scaling`, for a sequence of `length` tokens (its largest position + 1,
+/// an int64: 2^31 for a sequence that ends at the last int32 position; read only when
+/// depends_on_length). compat: f32, following transformers' float32 arithmetic
 /// step by step (modeling_rope_utils.py); precise: f64, the formulas of spec §6.
 Halide::Expr scaled_inv_freq(bool compat, const Halide::Expr &pair, const Halide::Expr &base,
                              const Halide::Expr &rotary_dim, const Scaling &scaling, const Halide::Expr &length);

@@ -230,7 +230,7 @@ rope_status begin(const rope_params *params, rope_report *report, ValidCall *cal
 }
 
 // The scratch the generated kernels allocate (generators/rope_generator.cpp): with a computed
-// source, the length of each sequence and inv_freq (P floats or doubles a row: one row, or one
+// source, the largest position of each sequence and inv_freq (P floats or doubles a row: one row, or one
 // per batch item for a per-sequence scaling) and, as the schedules place it (cos_sin_at=root),
 // one f32 cos and one f32 sin table of every token of a run. Reserved before the kernel runs, an
 // allocation failure is an error before any output is written; fault_injection_test checks that

@@ -148,8 +148,10 @@ void visit(Io &io, R &r) {
         io.pick(param, code_count(kYarnParams), kRaw32);
     }
     io.flag(r.yarn_no_truncate);
-    for (auto &mode : r.scaling_tables) {
-        io.pick(mode, code_count<ScalingTableMode>(), kNoRaw);
+    // Indexed: GCC 12 at -O3 takes the range-for form for a write past the Recipe (a false
+    // -Wstringop-overflow, an error in the release build).
+    for (int table = 0; table < kScalingTableCount; table++) {
+        io.pick(r.scaling_tables[table], code_count<ScalingTableMode>(), kNoRaw);
     }
 }
 

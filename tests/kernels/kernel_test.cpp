@@ -369,6 +369,15 @@ protected:
     }
 };
 
+// Both sequences end at 2^31 - 1, with orig at 2^30: both are longer than orig.
+void ends_at_int32_max(CaseSpec &c) {
+    c.scaling.original_max = int64_t{1} << 30;
+    c.scaling.factor = 2;
+    for (int64_t t = 0; t < static_cast<int64_t>(c.positions.values.size()); t++) {
+        c.positions.values[t] = (int64_t{1} << 31) - 1 - (t % c.seq);
+    }
+}
+
 // Every scaling of spec §6 in one test per kernel: one set-up of the kernel for all of them.
 TEST_P(ScalingTest, EveryScaling) {
     struct Variant {
@@ -399,6 +408,10 @@ TEST_P(ScalingTest, EveryScaling) {
              c.positions.values = {7, 3000};
          }},
         {"longrope, per sequence", ROPE_SCALING_LONGROPE, [](CaseSpec &c) { c.scaling.max_positions = 16 * kOriginalMax; }},
+        // A sequence ending at the last int32 position is 2^31 tokens long: longer than orig
+        // (a length computed in int32 wraps to -2^31, and the sequence took the short branch).
+        {"dynamic, a sequence ending at 2^31 - 1", ROPE_SCALING_DYNAMIC, ends_at_int32_max},
+        {"longrope, a sequence ending at 2^31 - 1", ROPE_SCALING_LONGROPE, ends_at_int32_max},
         {"llama3", ROPE_SCALING_LLAMA3,
          [](CaseSpec &c) {
              c.scaling.low_freq_factor = 1;

@@ -376,6 +376,12 @@ double check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_
         const double least_long = table("long_factor", sc.long_factor, false).first;
         inv_freq_bound = std::max(1.0, 1.0 / std::min(least_short, least_long));
         const double ratio = sc.max_positions != 0 ? static_cast<double>(sc.max_positions) / sc.original_max_positions : 1.0;
+        // The derived factor divides by ln(orig), which is 0 for orig = 1 (transformers raises).
+        if (!f.failed() && ratio > 1 && sc.original_max_positions == 1 && p.angles.attn_factor == 0) {
+            f.fail(ROPE_ERR_BAD_VALUE) << "scaling.original_max_positions=1 with max_positions=" << sc.max_positions
+                                       << ": LongRoPE's derived attention factor sqrt(1 + ln(max/orig) / ln(orig)) "
+                                          "divides by ln(1) = 0; give angles.attn_factor (spec §6)";
+        }
         attn_factor = ratio > 1 ? std::sqrt(1 + std::log(ratio) / std::log(static_cast<double>(sc.original_max_positions))) : 1.0;
         break;
     }

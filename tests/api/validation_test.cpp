@@ -864,6 +864,18 @@ TEST_F(Validation, LongRopeFactorTables) {
     expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.max_positions=-1"});
 }
 
+// LongRoPE's derived attention factor divides by ln(original_max_positions): not for orig = 1.
+TEST_F(Validation, LongRopeDerivedAttnFactorNeedsOrigAboveOne) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_COMPAT, ROPE_DTYPE_F32, kHeadDim);
+    rope_params p = scaled(valid(), ROPE_SCALING_LONGROPE);
+    p.scaling.original_max_positions = 1;
+    p.scaling.max_positions = 4;
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.original_max_positions=1", "max_positions=4", "attn_factor"});
+    p.angles.attn_factor = 1.5f;  // a given factor derives nothing
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+}
+
 TEST_F(Validation, CallersInvFreq) {
     expect_table_rules(*this, ROPE_SCALING_INV_FREQ, &rope_scaling::inv_freq, "inv_freq",
                        std::numeric_limits<float>::infinity(), 0);

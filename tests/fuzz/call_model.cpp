@@ -372,6 +372,10 @@ long double judge_scaling(const FuzzCall &call, Rules &rules) {
             original_max_in_range();
             rules.require(sc.max_positions >= 0, ROPE_ERR_BAD_VALUE, "scaling.max_positions=", sc.max_positions,
                           " must be >= 0");
+            // The derived attention factor divides by ln(orig).
+            rules.require(p.angles.attn_factor != 0 || sc.original_max_positions != 1 || sc.max_positions <= 1,
+                          ROPE_ERR_BAD_VALUE, "scaling.original_max_positions=1 with max_positions=", sc.max_positions,
+                          " derives an attention factor that divides by ln(1)");
             // inv_freq / factor[i], of whichever table a sequence's length picks.
             const long double least = std::min(table_magnitudes(kShortFactor, true).first,
                                                table_magnitudes(kLongFactor, true).first);

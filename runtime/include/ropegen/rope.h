@@ -164,7 +164,8 @@ typedef struct rope_scaling {
     float factor;                   /**< LINEAR, DYNAMIC, YARN, LLAMA3: f > 0 */
     int64_t original_max_positions; /**< DYNAMIC (transformers reads max_position_embeddings), YARN, LONGROPE,
                                          LLAMA3: orig, > 0 */
-    int64_t max_positions;          /**< LONGROPE: max_position_embeddings, for the derived attention factor; 0 means orig */
+    int64_t max_positions;          /**< LONGROPE: max_position_embeddings, for the derived attention factor; 0 means orig;
+                                         above orig, orig must be > 1 unless angles.attn_factor is given */
     float low_freq_factor;          /**< LLAMA3: > 0 */
     float high_freq_factor;         /**< LLAMA3: > low_freq_factor */
     float beta_fast;                /**< YARN: 0 means 32 */

@@ -293,6 +293,11 @@ void judge_angles(const FuzzCall &call, Rules &rules) {
         rules.require(row_stride >= pairs, ROPE_ERR_BAD_STRIDE, "cache_row_stride=", a.cache_row_stride, " < R/2");
     }
     rules.tolerate(row_stride >= kTwo31, ROPE_ERR_BAD_STRIDE);  // rows indexed with int32
+    // The parity mode rounds cos/sin to the tensors' dtype: a cache holds them so (rope.h).
+    const int32_t q_dtype = enum_value(p.q.dtype);
+    rules.require(p.round_cos_sin == 0 || q_dtype == ROPE_DTYPE_F32 || cache_dtype == q_dtype, ROPE_ERR_BAD_VALUE,
+                  "round_cos_sin=", p.round_cos_sin, " with cache_dtype=", cache_dtype, " for tensors of dtype ",
+                  q_dtype);
     int64_t bytes = 0;
     rules.require(a.cache_len <= 0 || row_stride <= 0 ||
                       (!__builtin_mul_overflow(a.cache_len, row_stride, &bytes) &&
@@ -396,6 +401,55 @@ long double judge_scaling(const FuzzCall &call, Rules &rules) {
     return rules.broken_count() == broken_before ? bound : 1;
 }
 
+/// mrope (spec §6, rope.h's rope_params.mrope): sections of the pairs over three position
+/// streams of a table, for the half style and a computed source without per-sequence lengths.
+void judge_mrope(const FuzzCall &call, Rules &rules) {
+    const rope_params &p = call.params();
+    const rope_mrope &m = p.mrope;
+    if (m.sections[0] == 0 && m.sections[1] == 0 && m.sections[2] == 0) {
+        return;
+    }
+    const int64_t pairs = (p.rotary_dim != 0 ? p.rotary_dim : p.q.sizes[3]) / 2;
+    rules.require(m.sections[0] >= 0 && m.sections[1] >= 0 && m.sections[2] >= 0 &&
+                      int64_t{m.sections[0]} + m.sections[1] + m.sections[2] == pairs,
+                  ROPE_ERR_BAD_VALUE, "mrope.sections=[", m.sections[0], ", ", m.sections[1], ", ", m.sections[2],
+                  "] must be >= 0 and sum to rotary_dim/2=", pairs);
+    rules.require(enum_value(p.style) == ROPE_STYLE_HALF, ROPE_ERR_BAD_VALUE, "mrope with style=", enum_value(p.style),
+                  " (half only)");
+    rules.require(enum_value(p.angles.source) != ROPE_SOURCE_CACHE, ROPE_ERR_BAD_VALUE,
+                  "mrope with the cache source (a computed one only)");
+    rules.require(enum_value(p.positions.kind) == ROPE_POSITIONS_TABLE, ROPE_ERR_BAD_VALUE, "mrope with positions.kind=",
+                  enum_value(p.positions.kind), " (three position tables only)");
+    const int32_t scaling = enum_value(p.scaling.type);
+    rules.require(scaling != ROPE_SCALING_DYNAMIC && scaling != ROPE_SCALING_LONGROPE, ROPE_ERR_BAD_VALUE,
+                  "mrope with scaling.type=", scaling, " (a sequence's length over three streams is not defined)");
+    rules.require(m.stream_stride >= 0 && m.stream_stride < (int64_t{1} << 30), ROPE_ERR_BAD_STRIDE,
+                  "mrope.stream_stride=", m.stream_stride, " is not in [0, 2^30)");
+}
+
+/// varlen (THD, rope.h's rope_params.varlen): [1, total_tokens] tensors split by cu_seqlens.
+void judge_varlen(const FuzzCall &call, Rules &rules) {
+    const rope_params &p = call.params();
+    const rope_varlen &v = p.varlen;
+    if (v.cu_seqlens == nullptr) {
+        return;
+    }
+    const int32_t index_type = enum_value(v.index_type);
+    rules.require(index_type == ROPE_INDEX_INT32 || index_type == ROPE_INDEX_INT64, ROPE_ERR_BAD_ENUM,
+                  "varlen.index_type=", index_type);
+    rules.require(p.q.sizes[0] == 1, ROPE_ERR_BAD_SHAPE, "q.sizes[0]=", p.q.sizes[0], " with varlen (batch 1 only)");
+    rules.require(v.num_seqs >= 0 && v.num_seqs < kTwo31, ROPE_ERR_BAD_SHAPE, "varlen.num_seqs=", v.num_seqs,
+                  " is not in [0, 2^31)");
+    const std::vector<int64_t> &starts = call.cu_seqlens();
+    for (size_t b = 0; b < starts.size(); b++) {
+        rules.require(b > 0 || starts[b] == 0, ROPE_ERR_BAD_SHAPE, "varlen.cu_seqlens[0]=", starts[b], " is not 0");
+        rules.require(b == 0 || starts[b] >= starts[b - 1], ROPE_ERR_BAD_SHAPE, "varlen.cu_seqlens[", b, "]=", starts[b],
+                      " is below the entry before it");
+    }
+    rules.require(starts.empty() || starts.back() == p.q.sizes[1], ROPE_ERR_BAD_SHAPE, "varlen.cu_seqlens[num_seqs]=",
+                  starts.empty() ? 0 : starts.back(), " is not the packed token count q.sizes[1]=", p.q.sizes[1]);
+}
+
 void judge_positions(const FuzzCall &call, Rules &rules, long double inv_freq_bound) {
     const rope_params &p = call.params();
     const rope_positions &pos = p.positions;
@@ -484,6 +538,8 @@ Verdict judge_validity(const FuzzCall &call) {
     rules.require(source >= ROPE_SOURCE_CACHE && source <= ROPE_SOURCE_PRECISE, ROPE_ERR_BAD_ENUM, "source=", source);
     judge_tensors(call, rules);
     judge_angles(call, rules);
+    judge_mrope(call, rules);
+    judge_varlen(call, rules);
     judge_positions(call, rules, judge_scaling(call, rules));
     judge_aliasing(call, rules);
     return verdict;

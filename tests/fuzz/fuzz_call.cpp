@@ -42,6 +42,25 @@ int64_t add_saturated(int64_t a, int64_t b) {
 int64_t mul_saturated(int64_t a, int64_t b) {
     return saturate(static_cast<__int128>(a) * b);
 }
+/// Stores `value` as an int32 (wrapping) or int64 entry; loads one back sign-extended.
+void store_index(uint8_t *at, int64_t entry_bytes, int64_t value) {
+    if (entry_bytes == 8) {
+        std::memcpy(at, &value, 8);
+    } else {
+        const auto narrow = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(value)));
+        std::memcpy(at, &narrow, 4);
+    }
+}
+int64_t load_index(const uint8_t *at, int64_t entry_bytes) {
+    if (entry_bytes == 8) {
+        int64_t value;
+        std::memcpy(&value, at, 8);
+        return value;
+    }
+    int32_t value;
+    std::memcpy(&value, at, 4);
+    return value;
+}
 int32_t to_int32_saturated(int64_t value) {
     return static_cast<int32_t>(std::clamp<int64_t>(value, std::numeric_limits<int32_t>::min(),
                                                     std::numeric_limits<int32_t>::max()));
@@ -244,6 +263,7 @@ FuzzCall::FuzzCall(const Recipe &recipe) {
     apply_placements(recipe);
     allocate_arenas(recipe);
     resolve_rotary(recipe);
+    build_varlen(recipe);
     build_positions(recipe);
     build_cache(recipe);
     build_scaling(recipe);
@@ -273,6 +293,7 @@ void FuzzCall::resolve_scalars(const Recipe &r) {
     params_.num_threads = table_value(r.num_threads, kNumThreads);
     params_.angles.base = double_value(r.base);
     params_.angles.attn_factor = float_value(r.attn_factor, kAttnFactors);
+    params_.round_cos_sin = table_value(r.round_cos_sin, kRoundCosSin);
     head_pad_ = r.head_pad.code % 4;
 }
 
@@ -488,6 +509,118 @@ void FuzzCall::allocate_arenas(const Recipe &r) {
     }
 }
 
+void FuzzCall::build_varlen(const Recipe &r) {
+    const Varlen mode = code_of<Varlen>(r.varlen);
+    // A caller of an earlier layout (struct_size) has no varlen: its positions stay dense.
+    if (mode == Varlen::None || struct_size_ < sizeof(rope_params)) {
+        return;
+    }
+    rope_varlen &v = params_.varlen;
+    store_raw(v.index_type, table_value(r.varlen_index_type, kIndexTypes));
+    v.num_seqs = table_value(r.num_seqs, kNumSeqs);
+    // The library reads num_seqs + 1 entries of a count in [0, 2^31) only.
+    const bool read = v.num_seqs >= 0 && v.num_seqs < kTwo31;
+    if (read && v.num_seqs >= kMaxPositionEntries) {
+        skip_reason_ = "cu_seqlens is too large to allocate";
+    }
+    const int64_t entries = read && v.num_seqs < kMaxPositionEntries ? v.num_seqs + 1 : 0;
+    const int64_t total = views_[kQ].sizes[1];
+    std::vector<int64_t> starts(static_cast<size_t>(entries), 0);
+    if (entries > 0) {
+        // A split of the tokens at sorted random cuts: sequences of any length, empty ones too.
+        for (int64_t b = 1; b + 1 < entries; b++) {
+            starts[b] = total > 0 ? static_cast<int64_t>(next_random() % (static_cast<uint64_t>(total) + 1)) : 0;
+        }
+        std::sort(starts.begin(), starts.end() - 1);
+        starts.back() = total;
+        switch (mode) {
+            case Varlen::FirstNonZero: starts.front() = 1; break;
+            case Varlen::Decreasing:
+                if (entries >= 3) {  // an inner entry above the next
+                    const auto inner = static_cast<size_t>(1 + next_random() % static_cast<uint64_t>(entries - 2));
+                    starts[inner] = add_saturated(starts[inner + 1], 1);
+                }
+                break;
+            case Varlen::LastShort: starts.back() = add_saturated(total, -1); break;
+            case Varlen::LastLong: starts.back() = add_saturated(total, 1); break;
+            case Varlen::None:
+            case Varlen::Split:
+            case Varlen::Count: break;
+        }
+    }
+    const int64_t entry_bytes = enum_value(v.index_type) == ROPE_INDEX_INT64 ? 8 : 4;
+    cu_seqlens_buffer_ = GuardedBytes(static_cast<size_t>(entries * entry_bytes), 0, flush_);
+    for (int64_t b = 0; b < entries; b++) {
+        store_index(cu_seqlens_buffer_.data() + b * entry_bytes, entry_bytes, starts[b]);
+        cu_seqlens_.push_back(load_index(cu_seqlens_buffer_.data() + b * entry_bytes, entry_bytes));
+    }
+    cu_seqlens_before_.assign(cu_seqlens_buffer_.begin(), cu_seqlens_buffer_.end());
+    v.cu_seqlens = cu_seqlens_buffer_.data();
+
+    // Positions follow the packed sequences only where validation accepts them (rope.h).
+    const int32_t index_type = enum_value(v.index_type);
+    packed_ = (index_type == ROPE_INDEX_INT32 || index_type == ROPE_INDEX_INT64) && views_[kQ].sizes[0] == 1 &&
+              !cu_seqlens_.empty() && cu_seqlens_.front() == 0 && cu_seqlens_.back() == total &&
+              std::is_sorted(cu_seqlens_.begin(), cu_seqlens_.end());
+    for (int64_t b = 0; packed_ && b < v.num_seqs; b++) {
+        sequences_.push_back({0, cu_seqlens_[b], cu_seqlens_[b + 1] - cu_seqlens_[b]});
+    }
+}
+
+void FuzzCall::resolve_mrope(const Recipe &r, int64_t stream_span) {
+    const MropeSections mode = code_of<MropeSections>(r.mrope_sections);
+    // A caller of an earlier layout (struct_size) has no mrope.
+    if (mode == MropeSections::None || struct_size_ < sizeof(rope_params)) {
+        return;
+    }
+    rope_mrope &m = params_.mrope;
+    const int64_t pairs = (params_.rotary_dim != 0 ? params_.rotary_dim : views_[kQ].sizes[3]) / 2;
+    const int64_t temporal = pairs / 4, height = (pairs - temporal) / 2;
+    int64_t sections[3] = {temporal, height, pairs - temporal - height};
+    switch (mode) {
+        case MropeSections::RandomSplit:
+            sections[0] = pairs > 0 ? static_cast<int64_t>(next_random() % (static_cast<uint64_t>(pairs) + 1)) : 0;
+            sections[1] = pairs > sections[0]
+                              ? static_cast<int64_t>(next_random() % (static_cast<uint64_t>(pairs - sections[0]) + 1))
+                              : 0;
+            sections[2] = pairs - sections[0] - sections[1];
+            break;
+        case MropeSections::AllTemporal:
+            sections[0] = pairs;
+            sections[1] = sections[2] = 0;
+            break;
+        case MropeSections::AllWidth:
+            sections[0] = sections[1] = 0;
+            sections[2] = pairs;
+            break;
+        case MropeSections::SumShort: sections[2] -= 1; break;
+        case MropeSections::SumLong: sections[2] += 1; break;
+        case MropeSections::Negative:
+            sections[2] += temporal + 1;
+            sections[0] = -1;
+            break;
+        case MropeSections::None:
+        case MropeSections::Qwen:
+        case MropeSections::Count: break;
+    }
+    for (int stream = 0; stream < 3; stream++) {
+        m.sections[stream] = to_int32_saturated(sections[stream]);
+    }
+    if (r.stream_stride.is_raw) {
+        m.stream_stride = r.stream_stride.raw;
+        return;
+    }
+    switch (code_of<StreamStride>(r.stream_stride)) {
+        case StreamStride::Adjacent: m.stream_stride = stream_span; break;
+        case StreamStride::Shared: m.stream_stride = 0; break;
+        case StreamStride::Overlapping: m.stream_stride = (stream_span + 1) / 2; break;
+        case StreamStride::Negative: m.stream_stride = -1; break;
+        case StreamStride::Limit: m.stream_stride = int64_t{1} << 30; break;
+        case StreamStride::Gapped:
+        case StreamStride::Count: m.stream_stride = stream_span + 3; break;
+    }
+}
+
 void FuzzCall::build_positions(const Recipe &r) {
     rope_positions &pos = params_.positions;
     store_raw(pos.kind, table_value(r.positions_kind, kPositionKinds));
@@ -532,9 +665,11 @@ void FuzzCall::build_positions(const Recipe &r) {
     pos.strides[0] = strides[0];
     pos.strides[1] = strides[1];
 
-    // The entries the call reads: every token for a table, one per batch item for offsets.
+    // The entries the call reads: every token for a table, one per batch item (varlen: per
+    // sequence) for offsets; mrope reads three streams of a table, stream_stride apart.
     const bool tokens = batch > 0 && seq > 0;
-    const int64_t rows = tokens && has_data ? batch : 0, columns = tokens && has_data ? (offsets ? 1 : seq) : 0;
+    const int64_t items = packed_ && offsets ? params_.varlen.num_seqs : batch;
+    const int64_t rows = tokens && has_data ? items : 0, columns = tokens && has_data ? (offsets ? 1 : seq) : 0;
     const int64_t entry_bytes = index_type == ROPE_INDEX_INT64 ? 8 : 4;
     int64_t low = 0, high = -1;
     if (has_data && rows > 0) {
@@ -543,6 +678,16 @@ void FuzzCall::build_positions(const Recipe &r) {
         };
         low = add_saturated(extreme(strides[0], rows, false), extreme(strides[1], columns, false));
         high = add_saturated(extreme(strides[0], rows, true), extreme(strides[1], columns, true));
+    }
+    resolve_mrope(r, saturate(static_cast<__int128>(high) - low + 1));
+    const int64_t stream_stride = params_.mrope.stream_stride;
+    const int streams = params_.mrope.sections[0] != 0 || params_.mrope.sections[1] != 0 ||
+                                params_.mrope.sections[2] != 0
+                            ? 3
+                            : 1;
+    const bool streamed = streams == 3 && !offsets && stream_stride >= 0 && stream_stride < (int64_t{1} << 30);
+    if (streamed && rows > 0) {
+        high = add_saturated(high, mul_saturated(2, stream_stride));
     }
     const __int128 token_count = tokens ? static_cast<__int128>(batch) * seq : 0;
     if (static_cast<__int128>(high) - low + 1 > kMaxPositionEntries ||
@@ -553,56 +698,40 @@ void FuzzCall::build_positions(const Recipe &r) {
     const int64_t entries = high - low + 1;
     positions_buffer_ = GuardedBytes(static_cast<size_t>(entries * entry_bytes), 0, flush_);
     uint8_t *origin = positions_buffer_.data() - low * entry_bytes;
-    const auto store = [&](int64_t index, int64_t value) {
-        uint8_t *at = origin + index * entry_bytes;
-        if (entry_bytes == 8) {
-            std::memcpy(at, &value, 8);
-        } else {
-            const auto narrow = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(value)));
-            std::memcpy(at, &narrow, 4);
-        }
-    };
-    const auto load = [&](int64_t index) -> int64_t {
-        const uint8_t *at = origin + index * entry_bytes;
-        if (entry_bytes == 8) {
-            int64_t value;
-            std::memcpy(&value, at, 8);
-            return value;
-        }
-        int32_t value;
-        std::memcpy(&value, at, 4);
-        return value;
-    };
+    const auto store = [&](int64_t index, int64_t value) { store_index(origin + index * entry_bytes, entry_bytes, value); };
+    const auto load = [&](int64_t index) { return load_index(origin + index * entry_bytes, entry_bytes); };
     for (int64_t i = 0; i < entries; i++) {
         store(low + i, -1);  // unused slots: a read of the wrong slot fails
     }
     const PositionValues mode = code_of<PositionValues>(r.position_values);
     std::vector<bool> assigned(static_cast<size_t>(entries), false);
     std::vector<int64_t> used;  // slots, in token order
-    for (int64_t b = 0; b < rows; b++) {
-        for (int64_t s = 0; s < columns; s++) {
-            const int64_t slot = b * strides[0] + s * strides[1];
-            if (assigned[slot - low]) {
-                continue;
+    for (int stream = 0; stream < (streamed ? streams : 1); stream++) {
+        for (int64_t b = 0; b < rows; b++) {
+            for (int64_t s = 0; s < columns; s++) {
+                const int64_t slot = stream * stream_stride + b * strides[0] + s * strides[1];
+                if (assigned[slot - low]) {
+                    continue;
+                }
+                assigned[slot - low] = true;
+                used.push_back(slot);
+                int64_t value = 0;
+                switch (mode) {
+                    case PositionValues::Ascending: value = offsets ? 3 * b : b * seq + s; break;
+                    case PositionValues::RandomWide: value = static_cast<int64_t>(next_random() % kTwo31); break;
+                    case PositionValues::NearInt32Max:
+                        value = offsets ? kTwo31 - clamped_seq - static_cast<int64_t>(next_random() % 2)
+                                        : kTwo31 - 1 - static_cast<int64_t>(next_random() % 4);
+                        break;
+                    case PositionValues::AllZero: break;
+                    case PositionValues::RandomBits: value = static_cast<int64_t>(next_random()); break;
+                    case PositionValues::RandomSmall:
+                    case PositionValues::OneNegative:
+                    case PositionValues::OneHuge:
+                    case PositionValues::Count: value = static_cast<int64_t>(next_random() % 64); break;
+                }
+                store(slot, value);
             }
-            assigned[slot - low] = true;
-            used.push_back(slot);
-            int64_t value = 0;
-            switch (mode) {
-                case PositionValues::Ascending: value = offsets ? 3 * b : b * seq + s; break;
-                case PositionValues::RandomWide: value = static_cast<int64_t>(next_random() % kTwo31); break;
-                case PositionValues::NearInt32Max:
-                    value = offsets ? kTwo31 - clamped_seq - static_cast<int64_t>(next_random() % 2)
-                                    : kTwo31 - 1 - static_cast<int64_t>(next_random() % 4);
-                    break;
-                case PositionValues::AllZero: break;
-                case PositionValues::RandomBits: value = static_cast<int64_t>(next_random()); break;
-                case PositionValues::RandomSmall:
-                case PositionValues::OneNegative:
-                case PositionValues::OneHuge:
-                case PositionValues::Count: value = static_cast<int64_t>(next_random() % 64); break;
-            }
-            store(slot, value);
         }
     }
     if (!used.empty() && (mode == PositionValues::OneNegative || mode == PositionValues::OneHuge)) {
@@ -620,21 +749,45 @@ void FuzzCall::build_positions(const Recipe &r) {
     if (!positions_.known) {
         return;
     }
-    if (pos.data == nullptr) {  // offset + s: the range is known without listing every token
-        positions_.min = pos.offset;
-        positions_.max = static_cast<__int128>(pos.offset) + seq - 1;
+    bool first_position = true;
+    const auto include = [&](__int128 position) {
+        positions_.min = first_position ? position : std::min(positions_.min, position);
+        positions_.max = first_position ? position : std::max(positions_.max, position);
+        first_position = false;
+    };
+    const bool listed = token_count <= kMaxPositionEntries;
+    if (!packed_) {
+        if (!listed) {
+            if (pos.data == nullptr) {  // offset + s: the range is known without listing every token
+                include(pos.offset);
+                include(static_cast<__int128>(pos.offset) + seq - 1);
+            }
+            return;
+        }
+        for (int64_t b = 0; b < batch; b++) {
+            sequences_.push_back({b, 0, seq});
+        }
     }
-    if (token_count > kMaxPositionEntries) {
-        return;
-    }
-    for (int64_t b = 0; b < batch; b++) {
-        for (int64_t s = 0; s < seq; s++) {
-            const __int128 position = kind == ROPE_POSITIONS_TABLE ? load(b * strides[0] + s * strides[1])
-                                      : pos.data != nullptr     ? static_cast<__int128>(load(b * strides[0])) + s
-                                                                : static_cast<__int128>(pos.offset) + s;
+    // Offsets count one per sequence, from its first token; an empty sequence's offset is
+    // checked as one token's.
+    for (size_t i = 0; i < sequences_.size(); i++) {
+        const Sequence &sequence = sequences_[i];
+        const __int128 offset = kind == ROPE_POSITIONS_TABLE ? 0
+                                : pos.data != nullptr      ? load(static_cast<int64_t>(i) * strides[0])
+                                                           : pos.offset;
+        if (kind == ROPE_POSITIONS_OFFSET) {
+            include(offset);
+            include(offset + std::max<int64_t>(sequence.length, 1) - 1);
+        }
+        for (int64_t s = sequence.first; listed && s < sequence.first + sequence.length; s++) {
+            const int64_t slot = sequence.batch_item * strides[0] + s * strides[1];
+            const __int128 position = kind == ROPE_POSITIONS_TABLE ? load(slot) : offset + (s - sequence.first);
             positions_.values.push_back(position);
-            positions_.min = positions_.values.size() == 1 ? position : std::min(positions_.min, position);
-            positions_.max = positions_.values.size() == 1 ? position : std::max(positions_.max, position);
+            include(position);
+            for (int stream = 1; streamed && stream < streams; stream++) {
+                positions_.mrope_values[stream - 1].push_back(load(stream * stream_stride + slot));
+                include(positions_.mrope_values[stream - 1].back());
+            }
         }
     }
 }
@@ -960,6 +1113,17 @@ uint32_t FuzzCall::bits_now(int tensor, int64_t b, int64_t s, int64_t h, int64_t
 
 namespace {
 
+/// Up to 12 values, then " ..." when there are more.
+template <typename T>
+std::string first_values(const std::vector<T> &values) {
+    std::ostringstream out;
+    for (size_t i = 0; i < std::min<size_t>(values.size(), 12); i++) {
+        out << " " << saturate(values[i]);
+    }
+    out << (values.size() > 12 ? " ..." : "");
+    return out.str();
+}
+
 std::optional<std::string> first_change(const char *what, const GuardedBytes &now, const std::vector<uint8_t> &before,
                                         const std::vector<bool> *writable = nullptr) {
     for (size_t i = 0; i < before.size(); i++) {
@@ -998,6 +1162,9 @@ std::optional<std::string> FuzzCall::changed_outside(const std::vector<int> &wri
         }
     }
     if (auto change = first_change("the positions array", positions_buffer_, positions_before_)) {
+        return change;
+    }
+    if (auto change = first_change("varlen.cu_seqlens", cu_seqlens_buffer_, cu_seqlens_before_)) {
         return change;
     }
     if (auto change = first_change("the cos table", cos_buffer_, cos_before_)) {
@@ -1060,11 +1227,10 @@ std::string FuzzCall::describe() const {
     if (positions_.known) {
         out << " range=[" << saturate(positions_.min) << ", " << saturate(positions_.max) << "]";
     }
-    out << " values:";
-    for (size_t i = 0; i < std::min<size_t>(positions_.values.size(), 12); i++) {
-        out << " " << saturate(positions_.values[i]);
+    out << " values:" << first_values(positions_.values) << "\n";
+    for (int stream = 1; !positions_.mrope_values[stream - 1].empty() && stream < 3; stream++) {
+        out << "    mrope stream " << stream << ":" << first_values(positions_.mrope_values[stream - 1]) << "\n";
     }
-    out << (positions_.values.size() > 12 ? " ..." : "") << "\n";
     const rope_angles &a = p.angles;
     out << "  angles: source=" << enum_value(a.source) << " cos_cache=" << (a.cos_cache ? "given" : "NULL")
         << " sin_cache=" << (a.sin_cache ? "given" : "NULL") << " cache_len=" << a.cache_len
@@ -1086,6 +1252,11 @@ std::string FuzzCall::describe() const {
         }
         out << (values.size() > 12 ? " ...\n" : "\n");
     }
+    const rope_varlen &v = p.varlen;
+    out << "  varlen: cu_seqlens=" << (v.cu_seqlens != nullptr ? "given" : "NULL") << " index_type=" << enum_value(v.index_type)
+        << " num_seqs=" << v.num_seqs << " entries:" << first_values(cu_seqlens_) << "\n";
+    out << "  mrope: sections=[" << p.mrope.sections[0] << ", " << p.mrope.sections[1] << ", " << p.mrope.sections[2]
+        << "] stream_stride=" << p.mrope.stream_stride << "; round_cos_sin=" << p.round_cos_sin << "\n";
     if (!skip_reason_.empty()) {
         out << "  not run: " << skip_reason_ << "\n";
     }

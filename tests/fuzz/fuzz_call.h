@@ -119,13 +119,30 @@ public:
 
     /// Positions as stored, in 128 bits so that offset + s cannot overflow: unknown when the
     /// call has no tokens, the kind or index type is invalid, or a needed array is NULL.
+    /// The range covers every position validation checks: mrope's three streams, and the offset
+    /// of an empty varlen sequence (checked as one token's).
     struct TokenPositions {
         bool known = false;
         __int128 min = 0, max = 0;
         std::vector<__int128> values;  ///< [b * seq + s]; empty for calls too large to allocate
+        std::vector<__int128> mrope_values[2];  ///< mrope's streams 1 and 2, likewise; empty without mrope
     };
     const TokenPositions &positions() const {
         return positions_;
+    }
+    /// One sequence of the call: tokens first .. first + length - 1 of a batch item.
+    struct Sequence {
+        int64_t batch_item, first, length;
+    };
+    /// The sequences a call that runs rotates: its batch items, or varlen's packed sequences
+    /// (empty ones included); empty when the positions are not listed.
+    const std::vector<Sequence> &sequences() const {
+        return sequences_;
+    }
+    /// cu_seqlens as stored (num_seqs + 1 entries, sign-extended); empty when the library reads
+    /// none (no varlen, or num_seqs out of range).
+    const std::vector<int64_t> &cu_seqlens() const {
+        return cu_seqlens_;
     }
     /// cos/sin table entry (row, pair) as the kernel must read it; cache source only.
     double cache_value(bool sine, int64_t row, int64_t pair) const;
@@ -163,7 +180,9 @@ private:
     void apply_placements(const Recipe &r);
     void allocate_arenas(const Recipe &r);
     void resolve_rotary(const Recipe &r);
+    void build_varlen(const Recipe &r);
     void build_positions(const Recipe &r);
+    void resolve_mrope(const Recipe &r, int64_t stream_span);
     void build_cache(const Recipe &r);
     void build_scaling(const Recipe &r);
     /// The largest position clamped to [0, 2^62], 0 when unknown: what codes relative to it use.
@@ -182,6 +201,12 @@ private:
     test::GuardedBytes positions_buffer_;
     std::vector<uint8_t> positions_before_;
     TokenPositions positions_;
+    std::vector<Sequence> sequences_;
+
+    test::GuardedBytes cu_seqlens_buffer_;  ///< exactly the num_seqs + 1 entries the library reads
+    std::vector<uint8_t> cu_seqlens_before_;
+    std::vector<int64_t> cu_seqlens_;
+    bool packed_ = false;  ///< varlen's cu_seqlens are valid: positions follow its sequences
 
     test::GuardedBytes cos_buffer_, sin_buffer_;
     std::vector<uint8_t> cos_before_, sin_before_;

@@ -153,6 +153,12 @@ void visit(Io &io, R &r) {
     for (int table = 0; table < kScalingTableCount; table++) {
         io.pick(r.scaling_tables[table], code_count<ScalingTableMode>(), kNoRaw);
     }
+    io.pick(r.varlen, code_count<Varlen>(), kNoRaw);
+    io.pick(r.num_seqs, code_count(kNumSeqs), kRaw64);
+    io.pick(r.varlen_index_type, code_count(kIndexTypes), kRaw32);
+    io.pick(r.mrope_sections, code_count<MropeSections>(), kNoRaw);
+    io.pick(r.stream_stride, code_count<StreamStride>(), kRaw64);
+    io.pick(r.round_cos_sin, code_count(kRoundCosSin), kRaw32);
 }
 
 }  // namespace

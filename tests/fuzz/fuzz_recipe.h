@@ -74,6 +74,11 @@ inline constexpr FreqFactors kFreqFactors[] = {{1, 4}, {0.5f, 8}, {2, 2}, {4, 1}
 /// YARN's beta_fast, beta_slow, mscale and mscale_all_dim (0: each one's default).
 inline constexpr float kYarnParams[] = {0, 32, 1, 16, 2, 0.707f, 0.5f, -1, std::numeric_limits<float>::quiet_NaN(),
                                         std::numeric_limits<float>::infinity()};
+/// varlen.num_seqs: a few sequences over the packed tokens, then none (valid for no tokens only)
+/// and invalid counts.
+inline constexpr int64_t kNumSeqs[] = {2, 1, 3, 5, 8, 0, -1, int64_t{1} << 31};
+/// round_cos_sin: off, then any non-zero value turns the parity mode on.
+inline constexpr int32_t kRoundCosSin[] = {0, 1, -1, 2};
 
 // --- fields whose codes are resolved against other fields --------------------------------------
 enum class StructSize : uint8_t { Exact, Zero, Eight, Shorter, Longer, Count };
@@ -164,6 +169,40 @@ enum class ScalingTableMode : uint8_t {
     Count
 };
 
+/// varlen.cu_seqlens: NULL (no varlen), a split of the packed tokens into num_seqs sequences
+/// (empty ones included), or such a split with one rule of cu_seqlens broken.
+enum class Varlen : uint8_t {
+    None,
+    Split,
+    FirstNonZero,  ///< cu_seqlens[0] = 1
+    Decreasing,    ///< an inner entry above the next (num_seqs >= 2)
+    LastShort,     ///< cu_seqlens[num_seqs] = total_tokens - 1
+    LastLong,      ///< cu_seqlens[num_seqs] = total_tokens + 1
+    Count
+};
+/// mrope.sections, pairs of the temporal, height and width streams, against P = rotary_dim/2.
+enum class MropeSections : uint8_t {
+    None,         ///< all 0: no mrope
+    Qwen,         ///< P/4, then the rest in halves (Qwen2-VL's 16, 24, 24 of 64 pairs)
+    RandomSplit,  ///< any split of P
+    AllTemporal,  ///< P, 0, 0
+    AllWidth,     ///< 0, 0, P
+    SumShort,     ///< Qwen's, one pair short of P
+    SumLong,      ///< Qwen's, one pair more than P
+    Negative,     ///< sums to P with a negative section
+    Count
+};
+/// mrope.stream_stride against the span S of one [batch][seq] stream of positions.data.
+enum class StreamStride : uint8_t {
+    Gapped,       ///< S + 3: unused entries (-1) between the streams
+    Adjacent,     ///< S
+    Shared,       ///< 0: all three streams read one table
+    Overlapping,  ///< S / 2 (at least 1 when S > 1): streams share some entries
+    Negative,     ///< -1
+    Limit,        ///< 2^30, just beyond the largest allowed
+    Count
+};
+
 /// The four tensors of a call, in the order recipes index them.
 enum TensorIndex { kQ, kK, kQOut, kKOut, kTensorCount };
 
@@ -219,6 +258,14 @@ struct Recipe {
     Pick yarn_params[4];  ///< kYarnParams of beta_fast, beta_slow, mscale, mscale_all_dim; raw: float bits
     bool yarn_no_truncate = false;
     Pick scaling_tables[kScalingTableCount];  ///< ScalingTableMode
+    // Packed variable-length batches (THD), mrope and the parity mode, appended: inputs from
+    // before them decode as none of them.
+    Pick varlen;             ///< Varlen
+    Pick num_seqs;           ///< kNumSeqs
+    Pick varlen_index_type;  ///< kIndexTypes of cu_seqlens
+    Pick mrope_sections;     ///< MropeSections
+    Pick stream_stride;      ///< StreamStride; raw: the stride
+    Pick round_cos_sin;      ///< kRoundCosSin
 };
 
 /// Decodes any bytes (missing ones read as zero).

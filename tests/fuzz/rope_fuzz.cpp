@@ -243,6 +243,8 @@ private:
         ref::Scaling scaling;  ///< of a computed source
         double attn_factor;    ///< of a computed source: the caller's, else the scaling's (spec §6)
         double scale;          ///< |attn_factor| of a computed source, else 1: bounds |c| and |s| of its angles
+        rope_mrope mrope;      ///< sections all 0: no mrope
+        bool round_cos_sin;    ///< the parity mode (spec §4)
     };
 
     /// The call's scaling as the reference takes it, zero fields resolved to their defaults.
@@ -282,7 +284,9 @@ private:
                             source,
                             scaling,
                             attn_factor,
-                            source != ROPE_SOURCE_CACHE ? std::fabs(attn_factor) : 1.0};
+                            source != ROPE_SOURCE_CACHE ? std::fabs(attn_factor) : 1.0,
+                            p.mrope,
+                            p.round_cos_sin != 0};
         const bool any_head = p.q.sizes[2] > 0 || (call_.has_k() && p.k.sizes[2] > 0);
         if (batch == 0 || seq == 0 || !any_head) {
             return;  // nothing to compare (batch may be huge when seq is 0)
@@ -290,14 +294,19 @@ private:
         if (static_cast<__int128>(call_.positions().values.size()) != static_cast<__int128>(batch) * seq) {
             fail("harness: a call that ran has no list of its positions");
         }
-        for (int64_t b = 0; b < batch; b++) {
-            const Frequencies frequencies = sequence_frequencies(oracle, b, seq);
-            for (int64_t s = 0; s < seq; s++) {
-                const auto position = static_cast<int64_t>(call_.positions().values[b * seq + s]);
-                const ref::CosSin angles = token_angles(oracle, frequencies, position);
+        // Batch items, or varlen's packed sequences, each with its own frequencies.
+        for (const FuzzCall::Sequence &sequence : call_.sequences()) {
+            if (sequence.length == 0) {
+                continue;
+            }
+            const Frequencies frequencies = sequence_frequencies(oracle, sequence);
+            for (int64_t s = sequence.first; s < sequence.first + sequence.length; s++) {
+                const int64_t b = sequence.batch_item, token = b * seq + s;
+                const auto position = static_cast<int64_t>(call_.positions().values[token]);
+                const ref::CosSin angles = token_angles(oracle, frequencies, token);
                 const std::vector<double> scales = lane_scales(oracle, angles, p.q.sizes[3]);
                 // The spec bounds the precise source's error for positions below 2^24 only.
-                const bool bounded = source != ROPE_SOURCE_PRECISE || position <= ref::kPreciseMaxPosition;
+                const bool bounded = source != ROPE_SOURCE_PRECISE || largest_stream_position(token) <= ref::kPreciseMaxPosition;
                 for (const auto &[in, out] : {std::pair{kQ, kQOut}, std::pair{kK, kKOut}}) {
                     for (int64_t h = 0; (in == kQ || call_.has_k()) && h < call_.view(in).sizes[2]; h++) {
                         check_head(oracle, in, out, {b, s, h}, position, angles, scales, bounded);
@@ -366,9 +375,9 @@ private:
         std::vector<float> compat;
         std::vector<long double> exact;
     };
-    Frequencies sequence_frequencies(const Oracle &oracle, int64_t b, int64_t seq) const {
-        const auto first = call_.positions().values.begin() + b * seq;
-        const auto length = static_cast<int64_t>(*std::max_element(first, first + seq) + 1);
+    Frequencies sequence_frequencies(const Oracle &oracle, const FuzzCall::Sequence &sequence) const {
+        const auto first = call_.positions().values.begin() + sequence.batch_item * call_.params().q.sizes[1] + sequence.first;
+        const auto length = static_cast<int64_t>(*std::max_element(first, first + sequence.length) + 1);
         const double base = call_.params().angles.base != 0 ? call_.params().angles.base : 10000.0;
         switch (oracle.source) {
             case ROPE_SOURCE_COMPAT: return {ref::compat_scaled_inv_freq(base, oracle.rotary, oracle.scaling, length), {}};
@@ -377,8 +386,35 @@ private:
         }
     }
 
-    /// cos and sin of one token (spec §5), attn_factor and direction applied.
-    ref::CosSin token_angles(const Oracle &oracle, const Frequencies &frequencies, int64_t position) const {
+    /// The largest of a token's positions (mrope: of its three streams).
+    int64_t largest_stream_position(int64_t token) const {
+        __int128 largest = call_.positions().values[token];
+        for (const std::vector<__int128> &stream : call_.positions().mrope_values) {
+            largest = stream.empty() ? largest : std::max(largest, stream[token]);
+        }
+        return static_cast<int64_t>(largest);
+    }
+
+    /// cos and sin of one token (spec §5): mrope's pairs from their streams (spec §6), attn_factor,
+    /// the parity mode's rounding (spec §4) and the direction applied.
+    ref::CosSin token_angles(const Oracle &oracle, const Frequencies &frequencies, int64_t token) const {
+        const FuzzCall::TokenPositions &positions = call_.positions();
+        ref::CosSin angles = position_angles(oracle, frequencies, static_cast<int64_t>(positions.values[token]));
+        for (int stream = 1, first = oracle.mrope.sections[0]; stream < 3 && !positions.mrope_values[0].empty();
+             first += oracle.mrope.sections[stream], stream++) {
+            const ref::CosSin other = position_angles(
+                oracle, frequencies, static_cast<int64_t>(positions.mrope_values[stream - 1][token]));
+            std::copy_n(other.cos.begin() + first, oracle.mrope.sections[stream], angles.cos.begin() + first);
+            std::copy_n(other.sin.begin() + first, oracle.mrope.sections[stream], angles.sin.begin() + first);
+        }
+        if (oracle.round_cos_sin) {
+            angles = ref::rounded_to_dtype(angles, oracle.dtype);
+        }
+        return ref::for_direction(angles, static_cast<rope_direction>(enum_value(call_.params().direction)));
+    }
+
+    /// cos and sin of one position of a source, attn_factor applied.
+    ref::CosSin position_angles(const Oracle &oracle, const Frequencies &frequencies, int64_t position) const {
         ref::CosSin angles;
         switch (oracle.source) {
             case ROPE_SOURCE_COMPAT: angles = ref::compat_cos_sin(position, frequencies.compat, oracle.attn_factor); break;
@@ -389,7 +425,7 @@ private:
                     angles.sin.push_back(call_.cache_value(true, position, i));
                 }
         }
-        return ref::for_direction(angles, static_cast<rope_direction>(enum_value(call_.params().direction)));
+        return angles;
     }
 
     /// One rotated lane: NaN in the pair gives NaN, Inf gives a non-finite value, and so do a NaN

@@ -122,7 +122,7 @@ std::vector<Seed> scaling_seeds() {
          [](Recipe &r) {
              r.scaling_tables[kInvFreq] = Pick::of(ScalingTableMode::OneSteep);
              r.positions_kind = value_of(kPositionKinds, ROPE_POSITIONS_OFFSET);
-             r.scalar_offset = Pick::of(ScalarOffset::Thousand);
+             r.scalar_offset = Pick::of(ScalarOffset::Small);
          }},
         // inv_freq x 2^29: positions 0..4 stay below the angle limit (2^32 / 2^29 = 8).
         {"linear_tiny_factor", ROPE_SCALING_LINEAR,
@@ -141,6 +141,114 @@ std::vector<Seed> scaling_seeds() {
             edit(r);
         }});
     }
+    return seeds;
+}
+
+/// A packed batch (THD): [1, 8] tensors split into `sequences` by cu_seqlens.
+void packed(Recipe &r, int64_t sequences) {
+    r.batch = value_of(kBatches, int64_t{1});
+    r.seq = value_of(kSeqs, int64_t{8});
+    r.varlen = Pick::of(Varlen::Split);
+    r.num_seqs = value_of(kNumSeqs, sequences);
+}
+
+/// mrope of `sections` over three streams of random positions of [0, 64), compat source.
+void multimodal(Recipe &r, MropeSections sections) {
+    r.source = value_of(kSources, ROPE_SOURCE_COMPAT);
+    r.positions_kind = value_of(kPositionKinds, ROPE_POSITIONS_TABLE);
+    r.position_values = Pick::of(PositionValues::RandomSmall);
+    r.mrope_sections = Pick::of(sections);
+}
+
+/// Valid calls of varlen (every way of giving positions, per-sequence scalings), mrope (every
+/// stream layout) and the parity mode.
+std::vector<Seed> packed_mrope_parity_seeds() {
+    std::vector<Seed> seeds;
+    const auto add = [&](const char *name, std::function<void(Recipe &)> edit) {
+        seeds.push_back({std::string("valid_") + name, std::move(edit)});
+    };
+    add("varlen_offsets_compat", [](Recipe &r) {
+        packed(r, 3);
+        r.source = value_of(kSources, ROPE_SOURCE_COMPAT);
+        r.positions_data = true;
+        r.position_values = Pick::of(PositionValues::RandomSmall);
+    });
+    add("varlen_table_int64_cache", [](Recipe &r) {
+        packed(r, 5);
+        r.varlen_index_type = value_of(kIndexTypes, ROPE_INDEX_INT64);
+        r.positions_kind = value_of(kPositionKinds, ROPE_POSITIONS_TABLE);
+        r.index_type = value_of(kIndexTypes, ROPE_INDEX_INT64);
+        r.position_values = Pick::of(PositionValues::RandomSmall);
+    });
+    add("varlen_scalar_offset_bf16_inplace", [](Recipe &r) {
+        packed(r, 2);
+        r.dtype = value_of(kDtypes, ROPE_DTYPE_BF16);
+        r.memory = Pick::of(Memory::InPlace);
+        r.scalar_offset = Pick::of(ScalarOffset::Small);
+    });
+    add("varlen_no_tokens", [](Recipe &r) {
+        packed(r, 0);
+        r.seq = value_of(kSeqs, int64_t{0});
+    });
+    add("varlen_dynamic_offsets_compat", [](Recipe &r) {
+        scaled(r, ROPE_SCALING_DYNAMIC, ROPE_SOURCE_COMPAT);
+        packed(r, 3);
+        r.positions_kind = value_of(kPositionKinds, ROPE_POSITIONS_OFFSET);
+        r.positions_data = true;
+        r.scaling_factor = value_of(kScalingFactors, 2.0f);
+        r.original_max = Pick::of(OriginalMax::HalfLargest);
+    });
+    add("varlen_longrope_table_precise", [](Recipe &r) {
+        scaled(r, ROPE_SCALING_LONGROPE, ROPE_SOURCE_PRECISE);
+        packed(r, 3);
+        r.original_max = Pick::of(OriginalMax::HalfLargest);
+    });
+    add("mrope_qwen_compat_d128", [](Recipe &r) {
+        multimodal(r, MropeSections::Qwen);
+        r.head_dim = value_of(kHeadDims, int64_t{128});
+    });
+    add("mrope_random_split_shared_streams_precise_bf16", [](Recipe &r) {
+        multimodal(r, MropeSections::RandomSplit);
+        r.source = value_of(kSources, ROPE_SOURCE_PRECISE);
+        r.dtype = value_of(kDtypes, ROPE_DTYPE_BF16);
+        r.stream_stride = Pick::of(StreamStride::Shared);
+    });
+    add("mrope_all_width_adjacent_streams_varlen", [](Recipe &r) {
+        multimodal(r, MropeSections::AllWidth);
+        packed(r, 3);
+        r.stream_stride = Pick::of(StreamStride::Adjacent);
+    });
+    add("mrope_overlapping_streams_linear_partial_rotary", [](Recipe &r) {
+        multimodal(r, MropeSections::AllTemporal);
+        r.scaling_type = value_of(kScalingTypes, ROPE_SCALING_LINEAR);
+        r.scaling_factor = value_of(kScalingFactors, 4.0f);
+        r.rotary_dim = Pick::of(RotaryDim::Half);
+        r.rotary_offset = Pick::of(RotaryOffset::Middle);
+        r.stream_stride = Pick::of(StreamStride::Overlapping);
+    });
+    add("round_cos_sin_bf16_compat", [](Recipe &r) {
+        r.source = value_of(kSources, ROPE_SOURCE_COMPAT);
+        r.dtype = value_of(kDtypes, ROPE_DTYPE_BF16);
+        r.round_cos_sin = value_of(kRoundCosSin, 1);
+    });
+    add("round_cos_sin_bf16_cache_in_dtype", [](Recipe &r) {
+        r.dtype = value_of(kDtypes, ROPE_DTYPE_BF16);
+        r.cache_dtype = Pick::of(CacheDtype::TensorDtype);
+        r.round_cos_sin = value_of(kRoundCosSin, -1);
+    });
+    add("round_cos_sin_f32_precise_yarn", [](Recipe &r) {
+        scaled(r, ROPE_SCALING_YARN, ROPE_SOURCE_PRECISE);
+        r.scaling_factor = value_of(kScalingFactors, 4.0f);
+        r.original_max = Pick::of(OriginalMax::HalfLargest);
+        r.round_cos_sin = value_of(kRoundCosSin, 2);
+    });
+    add("round_cos_sin_bf16_mrope_varlen_inverse", [](Recipe &r) {
+        multimodal(r, MropeSections::Qwen);
+        packed(r, 2);
+        r.dtype = value_of(kDtypes, ROPE_DTYPE_BF16);
+        r.direction = value_of(kDirections, ROPE_INVERSE);
+        r.round_cos_sin = value_of(kRoundCosSin, 1);
+    });
     return seeds;
 }
 
@@ -285,6 +393,9 @@ std::vector<Seed> valid_seeds() {
     for (Seed &seed : scaling_seeds()) {
         seeds.push_back(std::move(seed));
     }
+    for (Seed &seed : packed_mrope_parity_seeds()) {
+        seeds.push_back(std::move(seed));
+    }
     return seeds;
 }
 
@@ -420,6 +531,72 @@ std::vector<Seed> invalid_seeds() {
         r.scaling_tables[kInvFreq] = Pick::of(ScalingTableMode::OneSteep);
         r.positions_kind = value_of(kPositionKinds, ROPE_POSITIONS_OFFSET);
         r.scalar_offset = Pick::of(ScalarOffset::PreciseLimit);
+    });
+    add("varlen_batch_two", [](Recipe &r) {
+        packed(r, 2);
+        r.batch = value_of(kBatches, int64_t{2});
+    });
+    add("varlen_index_type_enum", [](Recipe &r) {
+        packed(r, 2);
+        r.varlen_index_type = value_of(kIndexTypes, 2);
+    });
+    add("varlen_num_seqs_negative", [](Recipe &r) { packed(r, -1); });
+    add("varlen_num_seqs_past_int32", [](Recipe &r) { packed(r, int64_t{1} << 31); });
+    add("varlen_no_sequences_for_tokens", [](Recipe &r) { packed(r, 0); });
+    for (const auto &[name, mode] : {std::pair{"varlen_cu_seqlens_first_nonzero", Varlen::FirstNonZero},
+                                     std::pair{"varlen_cu_seqlens_decreasing", Varlen::Decreasing},
+                                     std::pair{"varlen_cu_seqlens_last_short", Varlen::LastShort},
+                                     std::pair{"varlen_cu_seqlens_last_long", Varlen::LastLong}}) {
+        add(name, [mode = mode](Recipe &r) {
+            packed(r, 3);
+            r.varlen = Pick::of(mode);
+        });
+    }
+    add("varlen_offset_of_a_sequence_negative", [](Recipe &r) {
+        packed(r, 3);
+        r.positions_data = true;
+        r.position_values = Pick::of(PositionValues::OneNegative);
+    });
+    add("varlen_offsets_past_cache", [](Recipe &r) {
+        packed(r, 5);
+        r.positions_data = true;
+        r.position_values = Pick::of(PositionValues::RandomSmall);
+        r.cache_len = Pick::of(CacheLen::EqualMax);
+    });
+    add("mrope_sections_sum_short", [](Recipe &r) { multimodal(r, MropeSections::SumShort); });
+    add("mrope_sections_sum_long", [](Recipe &r) { multimodal(r, MropeSections::SumLong); });
+    add("mrope_section_negative", [](Recipe &r) { multimodal(r, MropeSections::Negative); });
+    add("mrope_interleaved", [](Recipe &r) {
+        multimodal(r, MropeSections::Qwen);
+        r.style = value_of(kStyles, ROPE_STYLE_INTERLEAVED);
+    });
+    add("mrope_cache_source", [](Recipe &r) {
+        multimodal(r, MropeSections::Qwen);
+        r.source = value_of(kSources, ROPE_SOURCE_CACHE);
+    });
+    add("mrope_offsets", [](Recipe &r) {
+        multimodal(r, MropeSections::Qwen);
+        r.positions_kind = value_of(kPositionKinds, ROPE_POSITIONS_OFFSET);
+    });
+    add("mrope_dynamic", [](Recipe &r) {
+        scaled(r, ROPE_SCALING_DYNAMIC, ROPE_SOURCE_COMPAT);
+        multimodal(r, MropeSections::Qwen);
+    });
+    add("mrope_stream_stride_negative", [](Recipe &r) {
+        multimodal(r, MropeSections::Qwen);
+        r.stream_stride = Pick::of(StreamStride::Negative);
+    });
+    add("mrope_stream_stride_limit", [](Recipe &r) {
+        multimodal(r, MropeSections::Qwen);
+        r.stream_stride = Pick::of(StreamStride::Limit);
+    });
+    add("mrope_stream_position_huge", [](Recipe &r) {
+        multimodal(r, MropeSections::Qwen);
+        r.position_values = Pick::of(PositionValues::OneHuge);
+    });
+    add("round_cos_sin_bf16_with_f32_cache", [](Recipe &r) {
+        r.dtype = value_of(kDtypes, ROPE_DTYPE_BF16);
+        r.round_cos_sin = value_of(kRoundCosSin, 1);
     });
     return seeds;
 }

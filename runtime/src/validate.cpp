@@ -262,7 +262,7 @@ void check_mrope(Failure &f, const rope_params &p, const ValidCall &call, bool o
         f.fail(ROPE_ERR_BAD_VALUE) << "mrope with style=" << enum_value(p.style) << ": mrope is defined for the half style (spec §6)";
     } else if (p.angles.source == ROPE_SOURCE_CACHE) {
         f.fail(ROPE_ERR_BAD_VALUE) << "mrope needs a computed source (angles.source compat or precise)";
-    } else if (p.positions.kind != ROPE_POSITIONS_TABLE) {
+    } else if (enum_value(p.positions.kind) != ROPE_POSITIONS_TABLE) {  // checked as an enum later
         f.fail(ROPE_ERR_BAD_VALUE) << "mrope with positions.kind=" << enum_value(p.positions.kind)
                                    << ": mrope reads three position tables (ROPE_POSITIONS_TABLE)";
     } else if (per_sequence_scaling(p)) {

@@ -229,7 +229,8 @@ void View::measure() {
     for (int axis = 0; axis < 4; axis++) {
         const __int128 size = sizes[axis] < 0 ? -static_cast<__int128>(sizes[axis]) : sizes[axis];
         const __int128 stride = strides[axis] < 0 ? -static_cast<__int128>(strides[axis]) : strides[axis];
-        product = std::min<__int128>(product * std::max<__int128>(size, 1), static_cast<__int128>(1) << 64);
+        // Capped at 2^62, where the verdict is taken: the next product then stays below 2^125.
+        product = std::min<__int128>(product * std::max<__int128>(size, 1), static_cast<__int128>(1) << 62);
         reach = std::min<__int128>(reach + size * stride, static_cast<__int128>(1) << 64);
     }
     may_overflow = product >= (static_cast<__int128>(1) << 62) || reach >= (static_cast<__int128>(1) << 61);
@@ -613,11 +614,11 @@ void FuzzCall::resolve_mrope(const Recipe &r, int64_t stream_span) {
     switch (code_of<StreamStride>(r.stream_stride)) {
         case StreamStride::Adjacent: m.stream_stride = stream_span; break;
         case StreamStride::Shared: m.stream_stride = 0; break;
-        case StreamStride::Overlapping: m.stream_stride = (stream_span + 1) / 2; break;
+        case StreamStride::Overlapping: m.stream_stride = add_saturated(stream_span, 1) / 2; break;
         case StreamStride::Negative: m.stream_stride = -1; break;
         case StreamStride::Limit: m.stream_stride = int64_t{1} << 30; break;
         case StreamStride::Gapped:
-        case StreamStride::Count: m.stream_stride = stream_span + 3; break;
+        case StreamStride::Count: m.stream_stride = add_saturated(stream_span, 3); break;
     }
 }
 

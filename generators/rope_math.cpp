@@ -120,10 +120,10 @@ Expr scaled_inv_freq(bool compat, const Expr &pair, const Expr &base, const Expr
 }
 
 std::pair<Expr, Expr> sin_cos(const Expr &angle) {
-    // pi/2 split into parts of 21, 21 and 22 bits (the last one the f64 remainder): for
-    // |angle| < 2^32, so k < 2^32, k times either of the first two is exact and each subtraction
-    // loses nothing; the third's product rounds by at most 2^-65, so r keeps about 2^-64 absolute
-    // accuracy.
+    // pi/2 split into four parts: 21, 21 and 22 significant bits, then the f64 remainder. For
+    // k < 2^32 (|angle| < 2^32 pi/2) k times either of the first two is exact and so are their
+    // subtractions; the third's product rounds by at most 2^-65, and the last two subtractions by
+    // half an ulp of r.
     constexpr double kPiOver2Part1 = 0x1.921fb00000000p+0;
     constexpr double kPiOver2Part2 = 0x1.5110b00000000p-22;
     constexpr double kPiOver2Part3 = 0x1.1846980000000p-44;

@@ -31,10 +31,11 @@ Halide::Expr depends_on_length(const Scaling &scaling);
 Halide::Expr scaled_inv_freq(bool compat, const Halide::Expr &pair, const Halide::Expr &base,
                              const Halide::Expr &rotary_dim, const Scaling &scaling, const Halide::Expr &length);
 
-/// sin and cos of an f64 angle |angle| < 2^32, both f64, vectorizable (no libm call). The angle
-/// is reduced by k*pi/2 with a four-part Cody-Waite constant whose leading parts are exact when
-/// multiplied by k < 2^32, so large angles (long contexts) keep full accuracy (the dispatcher
-/// rejects positions whose angles would leave that range); then short polynomials on
+/// sin and cos of an f64 angle, both f64, vectorizable (no libm call). The angle is reduced by
+/// k*pi/2 with a four-part Cody-Waite constant whose leading parts are exact when multiplied by
+/// k < 2^32 (|angle| < 2^32 pi/2), so large angles (long contexts) keep full accuracy; the
+/// dispatcher holds calls to position x |inv_freq| < 2^32, which leaves a margin of pi/2 for f32
+/// rounding; then short polynomials on
 /// [-pi/4, pi/4], accurate to a fifth of an f32 ulp. Needs the strict_float target feature (every
 /// ropegen kernel has it): reassociation would fold the rounding to an integer and the reduction.
 std::pair<Halide::Expr, Halide::Expr> sin_cos(const Halide::Expr &angle);

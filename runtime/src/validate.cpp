@@ -19,9 +19,16 @@ namespace ropegen {
 namespace {
 
 constexpr int64_t kMaxPosition = std::numeric_limits<int32_t>::max();  // kernels index with int32
-// The computed sources reduce an angle by pi/2 exactly while |angle| < 2^32 (sin_cos in
-// generators/rope_math.cpp); beyond, their cos/sin would be wrong without a sign of it.
+// The computed sources reduce an angle by pi/2 exactly while |angle| < 2^32 x pi/2 (sin_cos in
+// generators/rope_math.cpp); beyond, their cos/sin would be wrong without a sign of it. Calls are
+// held to 2^32: the margin covers the f32 roundings of positions and frequencies.
 constexpr double kMaxAngle = 4294967296.0;
+
+// A bound on |inv_freq| over the pairs of a call, and the field that sets it.
+struct FrequencyBound {
+    double value = 1.0;
+    const char *field = "";
+};
 
 // The layouts of rope_params that ABI version 1 has had, oldest first: the bytes its callers
 // fill (the fields up to the first one appended after it) and its size (padded to the struct's
@@ -276,28 +283,29 @@ void check_mrope(Failure &f, const rope_params &p, const ValidCall &call, bool o
 // Frequency scaling (spec §6): the fields each type reads, and the attention factor YaRN and
 // LongRoPE derive when the caller gives none (a scalar, so derived here, once per call).
 // Returns a bound on |inv_freq| over the pairs: 1 for the unscaled frequencies (base > 1), whose
-// pair 0 is 1 and the others smaller; 1 / factor where a scaling divides by a factor below 1.
-double check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_device) {
+// pair 0 is 1 and the others smaller (DYNAMIC only raises base); 1 / factor where a scaling
+// divides by a factor below 1; the largest |inv_freq| a caller gives.
+FrequencyBound check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_device) {
     const rope_scaling &sc = p.scaling;
     const int32_t type = enum_value(sc.type);
     if (type < ROPE_SCALING_NONE || type > ROPE_SCALING_INV_FREQ) {
         f.fail(ROPE_ERR_BAD_ENUM) << "scaling.type=" << type
                                   << " is not a rope_scaling_type (0 none, 1 linear, 2 dynamic, 3 yarn, 4 longrope, 5 llama3, 6 inv_freq)";
-        return 1.0;
+        return {};
     }
     if (type == ROPE_SCALING_NONE) {
-        return 1.0;
+        return {};
     }
     if (p.angles.source == ROPE_SOURCE_CACHE) {
         f.fail(ROPE_ERR_BAD_VALUE) << "scaling.type=" << type
                                    << " needs a computed source (angles.source compat or precise): a cos/sin cache already "
                                       "holds scaled values (build it with rope_build_cos_sin_cache)";
-        return 1.0;
+        return {};
     }
     if (on_device) {
         f.fail(ROPE_ERR_UNSUPPORTED) << "scaling.type=" << type << ": CUDA calls support ROPE_SCALING_NONE only; "
                                      << "use the cache source with a table built by rope_build_cos_sin_cache";
-        return 1.0;
+        return {};
     }
     auto positive = [&](const char *name, double value) {
         if (!f.failed() && !(value > 0 && std::isfinite(value))) {
@@ -333,12 +341,13 @@ double check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_
         return magnitudes;
     };
     // LINEAR, YARN and LLAMA3 divide inv_freq by the factor, for some pairs or all.
-    const double divided = std::max(1.0, 1.0 / static_cast<double>(sc.factor));
-    double attn_factor = 1.0, inv_freq_bound = 1.0;
+    const FrequencyBound divided{std::max(1.0, 1.0 / static_cast<double>(sc.factor)), "scaling.factor"};
+    double attn_factor = 1.0;
+    FrequencyBound bound;
     switch (type) {
     case ROPE_SCALING_LINEAR:
         positive("factor", sc.factor);
-        inv_freq_bound = divided;
+        bound = divided;
         break;
     case ROPE_SCALING_DYNAMIC:
         positive("factor", sc.factor);
@@ -363,7 +372,7 @@ double check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_
         attn_factor = sc.mscale != 0 && sc.mscale_all_dim != 0
                           ? yarn_mscale(sc.factor, sc.mscale) / yarn_mscale(sc.factor, sc.mscale_all_dim)
                           : yarn_mscale(sc.factor, 1.0);
-        inv_freq_bound = divided;
+        bound = divided;
         break;
     }
     case ROPE_SCALING_LONGROPE: {
@@ -374,7 +383,7 @@ double check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_
         // inv_freq / factor[i] of whichever table the sequence's length picks.
         const double least_short = table("short_factor", sc.short_factor, false).first;
         const double least_long = table("long_factor", sc.long_factor, false).first;
-        inv_freq_bound = std::max(1.0, 1.0 / std::min(least_short, least_long));
+        bound = {std::max(1.0, 1.0 / std::min(least_short, least_long)), "scaling.short/long_factor"};
         const double ratio = sc.max_positions != 0 ? static_cast<double>(sc.max_positions) / sc.original_max_positions : 1.0;
         // The derived factor divides by ln(orig), which is 0 for orig = 1 (transformers raises).
         if (!f.failed() && ratio > 1 && sc.original_max_positions == 1 && p.angles.attn_factor == 0) {
@@ -382,7 +391,9 @@ double check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_
                                        << ": LongRoPE's derived attention factor sqrt(1 + ln(max/orig) / ln(orig)) "
                                           "divides by ln(1) = 0; give angles.attn_factor (spec §6)";
         }
-        attn_factor = ratio > 1 ? std::sqrt(1 + std::log(ratio) / std::log(static_cast<double>(sc.original_max_positions))) : 1.0;
+        if (!f.failed() && ratio > 1) {
+            attn_factor = std::sqrt(1 + std::log(ratio) / std::log(static_cast<double>(sc.original_max_positions)));
+        }
         break;
     }
     case ROPE_SCALING_LLAMA3:
@@ -394,17 +405,28 @@ double check_scaling(Failure &f, const rope_params &p, ValidCall *call, bool on_
             f.fail(ROPE_ERR_BAD_VALUE) << "scaling.high_freq_factor=" << sc.high_freq_factor << " must be > low_freq_factor="
                                        << sc.low_freq_factor << " (spec §6)";
         }
-        inv_freq_bound = divided;
+        // smooth = (orig / wavelen - low) / (high - low) is in [0, 1] only up to the f32 roundings
+        // of orig / wavelen and of the band's edges (a few ulps of high, relative to high - low):
+        // mixing inv_freq / factor and inv_freq by a smooth outside [0, 1] goes beyond both.
+        bound = {divided.value * (1 + 2 * 0x1p-20 * sc.high_freq_factor / (static_cast<double>(sc.high_freq_factor) - sc.low_freq_factor)),
+                 "scaling.factor, low/high_freq_factor"};
         break;
     case ROPE_SCALING_INV_FREQ:
-        inv_freq_bound = table("inv_freq", sc.inv_freq, true).second;
+        bound = {table("inv_freq", sc.inv_freq, true).second, "scaling.inv_freq"};
         break;
+    }
+    // compat computes the frequencies in f32 (spec §5): a factor so small that 1 / factor
+    // overflows f32 makes them infinite, and position 0's angle NaN (LLAMA3: its factor alone).
+    const FrequencyBound &largest = type == ROPE_SCALING_LLAMA3 ? divided : bound;
+    if (!f.failed() && p.angles.source == ROPE_SOURCE_COMPAT && largest.value > std::numeric_limits<float>::max()) {
+        f.fail(ROPE_ERR_BAD_VALUE) << largest.field << ": inv_freq reaches " << largest.value
+                                   << ", beyond f32's range, in which the compat source computes it (spec §5)";
     }
     // A caller's attn_factor is transformers' attention_factor: it replaces the derived one.
     if (p.angles.attn_factor == 0) {
         call->attn_factor = static_cast<float>(attn_factor);
     }
-    return inv_freq_bound;
+    return bound;
 }
 
 // Varlen (THD, spec §4): cu_seqlens against the packed token axis.
@@ -702,7 +724,7 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
         }
     }
 
-    const double inv_freq_bound = check_scaling(f, p, call, on_device);
+    const FrequencyBound inv_freq_bound = check_scaling(f, p, call, on_device);
     if (!f.failed()) {
         check_mrope(f, p, *call, on_device);
     }
@@ -713,6 +735,7 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
     // Positions (spec §5), after the cache so the limit is known.
     int64_t limit = kMaxPosition + 1;
     const char *limit_rule = "2^31: the kernels index positions with int32";
+    std::string angle_rule;  // a scaled computed source's limit (below)
     if (a.source == ROPE_SOURCE_CACHE) {
         const int64_t pairs = call->rotary_dim / 2;
         if (a.cos_cache == nullptr || a.sin_cache == nullptr) {
@@ -764,10 +787,16 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
             limit = a.cache_len;
             limit_rule = "angles.cache_len, spec §5";  // the message gives the value: no string built per call
         }
-    } else if (const double positions_in_range = kMaxAngle / inv_freq_bound; positions_in_range < static_cast<double>(limit)) {
-        // Positions p with p * |inv_freq| < 2^32; position 0 (angle 0) always.
+    } else if (const double positions_in_range = kMaxAngle / inv_freq_bound.value;
+               positions_in_range < static_cast<double>(limit)) {
+        // Positions p with p * |inv_freq| < 2^32; position 0 (angle 0) always. A scaled call
+        // only: the rule's text, with the bound and its fields, is built for it alone.
         limit = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(positions_in_range)));
-        limit_rule = "position x |inv_freq| must be < 2^32, where the computed sources reduce angles exactly (spec §5)";
+        std::ostringstream rule;
+        rule << "position x |inv_freq| < 2^32, where angles reduce exactly; |inv_freq| <= " << inv_freq_bound.value
+             << " from " << inv_freq_bound.field;
+        angle_rule = rule.str();
+        limit_rule = angle_rule.c_str();
     }
     check_varlen(f, p, on_device);
     if (f.failed()) {

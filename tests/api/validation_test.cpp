@@ -890,23 +890,36 @@ TEST_F(Validation, PositionsWhoseAnglesLeaveTheExactlyReducedRange) {
     inv_freq[7] = -16.0f;      // |inv_freq| up to 16: below 2^28
     struct Case {
         rope_scaling_type type;
-        int64_t limit;
+        int64_t limit;       // 2^32 / the largest |inv_freq|
+        const char *field;   // the field the message names
     };
-    for (const Case &c : {Case{ROPE_SCALING_LINEAR, int64_t{1} << 30}, Case{ROPE_SCALING_YARN, int64_t{1} << 30},
-                          Case{ROPE_SCALING_LLAMA3, int64_t{1} << 30}, Case{ROPE_SCALING_LONGROPE, int64_t{1} << 29},
-                          Case{ROPE_SCALING_INV_FREQ, int64_t{1} << 28}}) {
+    for (const Case &c : {Case{ROPE_SCALING_LINEAR, int64_t{1} << 30, "scaling.factor"},
+                          Case{ROPE_SCALING_YARN, int64_t{1} << 30, "scaling.factor"},
+                          Case{ROPE_SCALING_LLAMA3, int64_t{1} << 30, "high_freq_factor"},
+                          Case{ROPE_SCALING_LONGROPE, int64_t{1} << 29, "scaling.short/long_factor"},
+                          Case{ROPE_SCALING_INV_FREQ, int64_t{1} << 28, "scaling.inv_freq"}}) {
         SCOPED_TRACE(::testing::Message() << "scaling " << c.type);
         rope_params p = scaled(valid(), c.type);
         p.scaling.factor = 0.25f;  // inv_freq / factor up to 4: positions below 2^30
         p.scaling.short_factor = short_factor.data();
         p.scaling.inv_freq = inv_freq.data();
         p.positions = rope_positions{};
-        p.positions.offset = c.limit - kSeq;  // the last token at limit - 1
+        p.positions.offset = c.limit - kSeq + 1;  // the last token at the nominal limit
+        expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE, {"positions.offset", "2^32", c.field});
+        // The message's limit is the nominal one, but for LLAMA3, whose bound allows for the f32
+        // rounding of its smoothing (a few in 10^6). A last token one below it is accepted.
         rope_report report = rope_report_init();
+        rope_query(&p, &report);
+        const std::string message = report.message, before_limit = "positions must be < ";
+        ASSERT_NE(message.find(before_limit), std::string::npos) << message;
+        const int64_t limit = std::stoll(message.substr(message.find(before_limit) + before_limit.size()));
+        EXPECT_LE(limit, c.limit);
+        EXPECT_GE(limit, c.type == ROPE_SCALING_LLAMA3 ? c.limit - (c.limit >> 16) : c.limit);
+        p.positions.offset = limit - kSeq;
+        report = rope_report_init();
         EXPECT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
         p.positions.offset++;
-        expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE,
-                        {"positions.offset", "position " + std::to_string(c.limit), "< " + std::to_string(c.limit), "2^32"});
+        expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE, {"position " + std::to_string(limit)});
     }
     // Unscaled frequencies are at most 1: every position below 2^31 keeps its angle in range.
     rope_params p = scaled(valid(), ROPE_SCALING_NONE);
@@ -914,6 +927,22 @@ TEST_F(Validation, PositionsWhoseAnglesLeaveTheExactlyReducedRange) {
     p.positions.offset = (int64_t{1} << 31) - kSeq;
     rope_report report = rope_report_init();
     EXPECT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+}
+
+// compat computes inv_freq in f32: a factor whose inverse overflows f32 is refused, since even
+// position 0 would rotate by 0 x inf = NaN.
+TEST_F(Validation, CompatFactorWhoseInverseOverflowsF32) {
+    for (rope_scaling_type type : {ROPE_SCALING_LINEAR, ROPE_SCALING_YARN, ROPE_SCALING_LLAMA3}) {
+        SCOPED_TRACE(::testing::Message() << "scaling " << type);
+        rope_params p = scaled(valid(), type);
+        p.scaling.factor = 1e-40f;  // subnormal, so > 0
+        expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.factor", "beyond f32"});
+    }
+    std::vector<float> long_factor(kHeadDim / 2, 2.0f);
+    long_factor[3] = 1e-40f;
+    rope_params p = scaled(valid(), ROPE_SCALING_LONGROPE);
+    p.scaling.long_factor = long_factor.data();
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"long_factor", "beyond f32"});
 }
 
 TEST_F(Validation, ParityModeNeedsCacheTablesInTheDtype) {

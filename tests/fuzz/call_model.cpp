@@ -310,18 +310,23 @@ void judge_angles(const FuzzCall &call, Rules &rules) {
 /// the unscaled frequencies (base > 1: pair 0's is 1, the others smaller), 1 / factor where a
 /// factor below 1 divides them, the largest |inv_freq| of a caller's table. A scaling that breaks
 /// a rule is rejected for that: its bound is 1, so that no position rule stands in for it.
-long double judge_scaling(const FuzzCall &call, Rules &rules) {
+/// `conservative`: a larger bound a library may use where f32 rounding can push |inv_freq| past
+/// the exact one (LLAMA3's smoothing, up to a few ulps of high_freq_factor over the band's width).
+struct FrequencyBounds {
+    long double exact = 1, conservative = 1;
+};
+FrequencyBounds judge_scaling(const FuzzCall &call, Rules &rules) {
     const rope_params &p = call.params();
     const rope_scaling &sc = p.scaling;
     const int32_t type = enum_value(sc.type), source = enum_value(p.angles.source);
     rules.require(type >= ROPE_SCALING_NONE && type <= ROPE_SCALING_INV_FREQ, ROPE_ERR_BAD_ENUM, "scaling.type=", type);
     if (type <= ROPE_SCALING_NONE || type > ROPE_SCALING_INV_FREQ) {
-        return 1;
+        return {};
     }
     rules.require(source != ROPE_SOURCE_CACHE, ROPE_ERR_BAD_VALUE, "scaling.type=", type,
                   " with the cache source (a cos/sin table holds scaled values already)");
     if (source != ROPE_SOURCE_COMPAT && source != ROPE_SOURCE_PRECISE) {
-        return 1;
+        return {};
     }
     const size_t broken_before = rules.broken_count();
     const auto finite_positive = [&](const char *name, double value) {
@@ -348,7 +353,7 @@ long double judge_scaling(const FuzzCall &call, Rules &rules) {
     };
     // LINEAR, YARN and LLAMA3 divide inv_freq by the factor (some pairs or all).
     const long double divided = std::max(1.0L, 1.0L / sc.factor);
-    long double bound = 1;
+    long double bound = 1, conservative = 1;
     switch (type) {
         case ROPE_SCALING_LINEAR:
             finite_positive("factor", sc.factor);
@@ -395,10 +400,17 @@ long double judge_scaling(const FuzzCall &call, Rules &rules) {
             rules.require(sc.high_freq_factor > sc.low_freq_factor, ROPE_ERR_BAD_VALUE, "scaling.high_freq_factor=",
                           sc.high_freq_factor, " must be > low_freq_factor=", sc.low_freq_factor);
             bound = divided;
+            conservative = divided * (1 + 0x1p-18L * sc.high_freq_factor / (sc.high_freq_factor - sc.low_freq_factor));
             break;
         default: bound = table_magnitudes(kInvFreq, false).second;  // INV_FREQ
     }
-    return rules.broken_count() == broken_before ? bound : 1;
+    // compat computes inv_freq in f32: 1 / factor must not overflow it (LLAMA3: its factor alone).
+    rules.require(source != ROPE_SOURCE_COMPAT || bound <= std::numeric_limits<float>::max(), ROPE_ERR_BAD_VALUE,
+                  "1 / a scaling factor overflows the compat source's f32 inv_freq");
+    if (rules.broken_count() != broken_before) {
+        return {};
+    }
+    return {bound, std::max(bound, conservative)};
 }
 
 /// mrope (spec §6, rope.h's rope_params.mrope): sections of the pairs over three position
@@ -450,7 +462,7 @@ void judge_varlen(const FuzzCall &call, Rules &rules) {
                   starts.empty() ? 0 : starts.back(), " is not the packed token count q.sizes[1]=", p.q.sizes[1]);
 }
 
-void judge_positions(const FuzzCall &call, Rules &rules, long double inv_freq_bound) {
+void judge_positions(const FuzzCall &call, Rules &rules, const FrequencyBounds &inv_freq_bound) {
     const rope_params &p = call.params();
     const rope_positions &pos = p.positions;
     const int32_t kind = enum_value(pos.kind), index_type = enum_value(pos.index_type);
@@ -481,11 +493,12 @@ void judge_positions(const FuzzCall &call, Rules &rules, long double inv_freq_bo
     const bool computed = source == ROPE_SOURCE_COMPAT || source == ROPE_SOURCE_PRECISE;
     if (computed && highest > 0) {
         // The largest angle, position x |inv_freq|, must stay below 2^32 (spec §5).
-        const long double largest_angle = static_cast<long double>(highest) * inv_freq_bound;
+        const long double largest_angle = static_cast<long double>(highest) * inv_freq_bound.exact;
         rules.require(largest_angle < kMaxAngle * (1 + kAngleLimitSlack), ROPE_ERR_POSITION_OUT_OF_RANGE, "position ",
                       static_cast<int64_t>(std::min<__int128>(highest, std::numeric_limits<int64_t>::max())),
-                      " x |inv_freq| <= ", static_cast<double>(inv_freq_bound), " reaches 2^32");
-        rules.tolerate(largest_angle >= kMaxAngle * (1 - kAngleLimitSlack), ROPE_ERR_POSITION_OUT_OF_RANGE);
+                      " x |inv_freq| <= ", static_cast<double>(inv_freq_bound.exact), " reaches 2^32");
+        const long double conservative_angle = static_cast<long double>(highest) * inv_freq_bound.conservative;
+        rules.tolerate(conservative_angle >= kMaxAngle * (1 - kAngleLimitSlack), ROPE_ERR_POSITION_OUT_OF_RANGE);
     }
 }
 

@@ -369,7 +369,9 @@ protected:
     }
 };
 
-// Both sequences end at 2^31 - 1, with orig at 2^30: both are longer than orig.
+// Both sequences end at 2^31 - 1, with orig at 2^30: both are longer than orig. Beyond 2^24,
+// where spec §7 bounds the precise source's error, so for compat kernels only (the length they
+// test is computed by the same code in both).
 void ends_at_int32_max(CaseSpec &c) {
     c.scaling.original_max = int64_t{1} << 30;
     c.scaling.factor = 2;
@@ -384,6 +386,7 @@ TEST_P(ScalingTest, EveryScaling) {
         const char *name;
         rope_scaling_type type;
         void (*edit)(CaseSpec &);
+        bool compat_only = false;
     };
     const Variant variants[] = {
         {"linear", ROPE_SCALING_LINEAR, [](CaseSpec &) {}},
@@ -410,8 +413,8 @@ TEST_P(ScalingTest, EveryScaling) {
         {"longrope, per sequence", ROPE_SCALING_LONGROPE, [](CaseSpec &c) { c.scaling.max_positions = 16 * kOriginalMax; }},
         // A sequence ending at the last int32 position is 2^31 tokens long: longer than orig
         // (a length computed in int32 wraps to -2^31, and the sequence took the short branch).
-        {"dynamic, a sequence ending at 2^31 - 1", ROPE_SCALING_DYNAMIC, ends_at_int32_max},
-        {"longrope, a sequence ending at 2^31 - 1", ROPE_SCALING_LONGROPE, ends_at_int32_max},
+        {"dynamic, a sequence ending at 2^31 - 1", ROPE_SCALING_DYNAMIC, ends_at_int32_max, true},
+        {"longrope, a sequence ending at 2^31 - 1", ROPE_SCALING_LONGROPE, ends_at_int32_max, true},
         {"llama3", ROPE_SCALING_LLAMA3,
          [](CaseSpec &c) {
              c.scaling.low_freq_factor = 1;
@@ -432,6 +435,9 @@ TEST_P(ScalingTest, EveryScaling) {
          }},
     };
     for (const Variant &variant : variants) {
+        if (variant.compat_only && GetParam()->source != ROPE_SOURCE_COMPAT) {
+            continue;
+        }
         SCOPED_TRACE(variant.name);
         CaseSpec c = scaled_case(variant.type);
         variant.edit(c);

@@ -161,7 +161,7 @@ typedef enum rope_scaling_type {
  */
 typedef struct rope_scaling {
     rope_scaling_type type;
-    float factor;                   /**< LINEAR, DYNAMIC, YARN, LLAMA3: f > 0 */
+    float factor;                   /**< LINEAR, DYNAMIC, YARN, LLAMA3: f > 0 (compat: 1/f within f32) */
     int64_t original_max_positions; /**< DYNAMIC (transformers reads max_position_embeddings), YARN, LONGROPE,
                                          LLAMA3: orig, > 0 */
     int64_t max_positions;          /**< LONGROPE: max_position_embeddings, for the derived attention factor; 0 means orig;
@@ -173,7 +173,7 @@ typedef struct rope_scaling {
     float mscale;                   /**< YARN: 0 means not given */
     float mscale_all_dim;           /**< YARN: 0 means not given */
     int32_t yarn_no_truncate;       /**< YARN: non-zero for transformers' truncate=False */
-    const float *short_factor;      /**< LONGROPE: R/2 factors > 0 */
+    const float *short_factor;      /**< LONGROPE: R/2 factors > 0 (compat: 1/factor within f32) */
     const float *long_factor;       /**< LONGROPE: R/2 factors > 0, for sequences longer than orig */
     const float *inv_freq;          /**< INV_FREQ: R/2 finite frequencies */
 } rope_scaling;

@@ -400,12 +400,12 @@ private:
     ref::CosSin token_angles(const Oracle &oracle, const Frequencies &frequencies, int64_t token) const {
         const FuzzCall::TokenPositions &positions = call_.positions();
         ref::CosSin angles = position_angles(oracle, frequencies, static_cast<int64_t>(positions.values[token]));
-        for (int stream = 1, first = oracle.mrope.sections[0]; stream < 3 && !positions.mrope_values[0].empty();
-             first += oracle.mrope.sections[stream], stream++) {
-            const ref::CosSin other = position_angles(
-                oracle, frequencies, static_cast<int64_t>(positions.mrope_values[stream - 1][token]));
-            std::copy_n(other.cos.begin() + first, oracle.mrope.sections[stream], angles.cos.begin() + first);
-            std::copy_n(other.sin.begin() + first, oracle.mrope.sections[stream], angles.sin.begin() + first);
+        if (!positions.mrope_values[0].empty()) {
+            const auto stream_angles = [&](int stream) {
+                return position_angles(oracle, frequencies, static_cast<int64_t>(positions.mrope_values[stream][token]));
+            };
+            angles = ref::mrope_cos_sin(angles, stream_angles(0), stream_angles(1), oracle.mrope.sections[0],
+                                        oracle.mrope.sections[1]);
         }
         if (oracle.round_cos_sin) {
             angles = ref::rounded_to_dtype(angles, oracle.dtype);

@@ -408,6 +408,15 @@ CosSin for_direction(CosSin cs, rope_direction direction) {
     return cs;
 }
 
+CosSin mrope_cos_sin(CosSin temporal, const CosSin &height, const CosSin &width, int temporal_pairs, int height_pairs) {
+    for (size_t i = static_cast<size_t>(temporal_pairs); i < temporal.cos.size(); i++) {
+        const CosSin &stream = i < static_cast<size_t>(temporal_pairs + height_pairs) ? height : width;
+        temporal.cos[i] = stream.cos[i];
+        temporal.sin[i] = stream.sin[i];
+    }
+    return temporal;
+}
+
 PairLanes pair_lanes(rope_style style, int pair, int rotary_dim, int rotary_offset) {
     if (style == ROPE_STYLE_HALF) {
         return {rotary_offset + pair, rotary_offset + pair + rotary_dim / 2};

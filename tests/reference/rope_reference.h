@@ -119,6 +119,9 @@ CosSin cache_cos_sin(const CosSinCache &cache, int64_t position, int rotary_dim)
 
 /// The inverse direction (spec §3) is the same rotation with s -> -s.
 CosSin for_direction(CosSin cs, rope_direction direction);
+/// mrope (spec §6): the first `temporal_pairs` pairs keep `temporal`'s cos/sin, the next
+/// `height_pairs` take `height`'s, the rest `width`'s.
+CosSin mrope_cos_sin(CosSin temporal, const CosSin &height, const CosSin &width, int temporal_pairs, int height_pairs);
 
 // --- the rotation (spec §2) --------------------------------------------------------------------
 /// The two lanes of pair i (absolute lanes, offset o included).

@@ -414,14 +414,9 @@ ref::RotationMatrix RopeCall::token_rotation(int64_t b, int64_t s) const {
     const CaseSpec &c = spec_;
     ref::CosSin cs = angles(b, position(b, s));
     if (c.mrope()) {  // pair i from the stream whose section holds it
-        const int64_t tokens = c.batch * c.seq;
-        for (int stream = 1, first = c.mrope_sections[0]; stream < 3; first += c.mrope_sections[stream], stream++) {
-            const ref::CosSin other = angles(b, positions_[stream * tokens + b * c.seq + s]);
-            for (int i = first; i < first + c.mrope_sections[stream]; i++) {
-                cs.cos[i] = other.cos[i];
-                cs.sin[i] = other.sin[i];
-            }
-        }
+        const int64_t tokens = c.batch * c.seq, token = b * c.seq + s;
+        cs = ref::mrope_cos_sin(cs, angles(b, positions_[tokens + token]), angles(b, positions_[2 * tokens + token]),
+                                c.mrope_sections[0], c.mrope_sections[1]);
     }
     return ref::rotation_matrix(static_cast<int>(c.head_dim), c.effective_rotary_dim(), c.rotary_offset, c.style, cs);
 }

@@ -220,9 +220,56 @@ def _scaling(scaling, pairs, keep_alive):
     return out, float(scaling.get("attention_factor") or 0.0)
 
 
+def _index_values(data, index_type, count):
+    """The first `count` values of a contiguous int32 or int64 array at address `data`."""
+    return list(((ctypes.c_int32 if index_type == 0 else ctypes.c_int64) * count).from_address(data))
+
+
+def _positions(p, positions, offset, positions_kind, mrope_section, prepared):
+    """Fills p.positions (and p.mrope's stream stride) after checking positions' shape against q's:
+    the library reads positions through the strides it is given, so a smaller array would be read past."""
+    if positions_kind not in (None, "table", "offsets"):
+        raise RopeError(2, f"positions_kind={positions_kind!r}: None (inferred), 'table' or 'offsets'")
+    if positions is None:
+        p.positions.kind, p.positions.offset = 0, offset
+        return
+    data, index_type, shape, strides = _index_view(positions, "positions")
+    p.positions.data, p.positions.index_type, shape = data, index_type, tuple(shape)
+    batch, seq = p.q.sizes[0], p.q.sizes[1]
+    streams = () if mrope_section is None else (3,)
+    tables = [streams + (batch, seq)] + ([streams + (seq,)] if batch == 1 else [])  # one sequence, or THD's tokens
+    thd = bool(p.varlen.cu_seqlens)
+    offsets = [] if streams else [(p.varlen.num_seqs,) if thd else (batch,)]  # mrope takes tables only
+    is_table, is_offsets = shape in tables, shape in offsets
+    if positions_kind is None and is_table and is_offsets:
+        # Both readings give the same positions when every sequence has one token. Without THD that is
+        # q's one token; with THD it depends on cu_seqlens, whose contents a prepared call may change.
+        count = shape[0] + 1
+        one_token_each = not thd or (not prepared and _index_values(p.varlen.cu_seqlens, p.varlen.index_type, count)
+                                     == list(range(count)))
+        if not one_token_each:
+            raise RopeError(6, f"positions.shape={shape} is both one position per token and one offset per "
+                               "sequence (num_seqs == total_tokens): say which with positions_kind='table' or 'offsets'")
+    kind = positions_kind or ("table" if is_table else "offsets")
+    if not (is_table if kind == "table" else is_offsets):
+        expected = [f"{s} (table)" for s in tables if positions_kind != "offsets"]
+        expected += [f"{s} (offsets)" for s in offsets if positions_kind != "table"]
+        raise RopeError(6, f"positions.shape={shape} does not fit q's [batch, seq]=[{batch}, {seq}]"
+                           + (f" and num_seqs={p.varlen.num_seqs}" if thd else "") + ": expected "
+                           + (" or ".join(expected) or f"a table for mrope, not offsets"))
+    if kind == "table":
+        p.positions.kind = 1
+        p.positions.strides[0] = strides[-2] if len(shape) - len(streams) == 2 else 0
+        p.positions.strides[1] = strides[-1]
+        if streams:
+            p.mrope.stream_stride = strides[0]
+    else:
+        p.positions.strides[0] = strides[0]
+
+
 def _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base, attn_factor, scaling,
             round_cos_sin, rotary_dim, rotary_offset, cos_cache, sin_cache, num_threads, mrope_section, cu_seqlens,
-            keep_alive):
+            positions_kind, keep_alive, prepared=False):
     p = _Params()
     p.struct_size = ctypes.sizeof(_Params)
     p.abi_version = _ABI_VERSION
@@ -238,31 +285,13 @@ def _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base,
     p.k_out = _tensor(k if k_out is None else k_out, "k_out", writable=True) if k is not None else _Tensor()
     if cu_seqlens is not None:  # THD: [total_tokens, heads, head_dim] tensors
         data, kind, shape, strides = _index_view(cu_seqlens, "cu_seqlens")
-        if len(shape) != 1 or strides[0] != 1:
-            raise RopeError(6, "cu_seqlens must be a contiguous 1-D array of num_seqs + 1 entries")
+        if len(shape) != 1 or shape[0] < 1 or strides[0] != 1:
+            raise RopeError(6, f"cu_seqlens.shape={tuple(shape)}, strides={strides}: a contiguous 1-D array of "
+                               "num_seqs + 1 >= 1 entries")
         p.varlen.cu_seqlens, p.varlen.index_type, p.varlen.num_seqs = data, kind, shape[0] - 1
-    if positions is None:
-        p.positions.kind, p.positions.offset = 0, int(offset)
-    else:
-        data, kind, shape, strides = _index_view(positions, "positions")
-        p.positions.index_type = kind
-        p.positions.data = data
-        if mrope_section is not None:  # [3 streams, batch, seq]
-            if len(shape) != 3 or shape[0] != 3:
-                raise RopeError(6, f"positions.shape={tuple(shape)}: mrope takes [3, batch, seq] positions")
-            p.positions.kind = 1
-            p.positions.strides[0], p.positions.strides[1] = strides[1], strides[2]
-            p.mrope.stream_stride = strides[0]
-            p.mrope.sections[:] = [int(n) for n in mrope_section]
-        elif len(shape) == 2:  # [batch, seq]
-            p.positions.kind = 1
-            p.positions.strides[0], p.positions.strides[1] = strides
-        elif len(shape) == 1 and p.q.sizes[0] == 1 and shape[0] == p.q.sizes[1]:  # one sequence's [seq], or THD's tokens
-            p.positions.kind = 1
-            p.positions.strides[1] = strides[0]
-        else:  # [batch] offsets
-            p.positions.kind = 0
-            p.positions.strides[0] = strides[0]
+    _positions(p, positions, offset, positions_kind, mrope_section, prepared)
+    if mrope_section is not None:
+        p.mrope.sections[:] = [int(n) for n in mrope_section]
     p.angles.source = _SOURCES[source]
     p.angles.base = float(base)
     pairs = (rotary_dim or p.q.sizes[3]) // 2
@@ -293,13 +322,18 @@ def _call(function, params):
 
 def rope(q, k=None, *, q_out=None, k_out=None, positions=None, offset=0, style="half", inverse=False,
          source="compat", base=10000.0, attn_factor=0.0, scaling=None, round_cos_sin=False, rotary_dim=0,
-         rotary_offset=0, cos_cache=None, sin_cache=None, num_threads=0, mrope_section=None, cu_seqlens=None):
+         rotary_offset=0, cos_cache=None, sin_cache=None, num_threads=0, mrope_section=None, cu_seqlens=None,
+         positions_kind=None):
     """Rotates q (and k) with rope_dispatch; in place unless q_out/k_out are given. Returns the kernel's name.
 
     positions: None (offset + s), a [batch] array of offsets, or a [batch, seq] (one sequence: [seq])
     table, int32 or int64; with mrope_section ([temporal, height, width] pairs, Qwen2-VL), a
-    [3, batch, seq] table. cu_seqlens (num_seqs + 1 entries): q and k are packed [total_tokens,
-    heads, head_dim] tensors (THD) and positions one per token, or one offset per sequence. scaling: transformers' rope_parameters as a dict ("rope_type", "factor",
+    [3, batch, seq] (one sequence: [3, seq]) table. cu_seqlens (num_seqs + 1 entries): q and k are
+    packed [total_tokens, heads, head_dim] tensors (THD) and positions a [total_tokens] table (mrope:
+    [3, total_tokens]) or [num_seqs] offsets. Any other shape is refused. positions_kind ("table" or
+    "offsets") says which a 1-D array is; None infers it from the shape, and refuses a THD call with
+    num_seqs == total_tokens unless every sequence has one token (prepare(): always refuses it, as
+    cu_seqlens may change between calls). scaling: transformers' rope_parameters as a dict ("rope_type", "factor",
     "original_max_position_embeddings", "max_position_embeddings", "low_freq_factor",
     "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate",
     "attention_factor", "short_factor", "long_factor"; "inv_freq" for rope_type "inv_freq").
@@ -307,7 +341,7 @@ def rope(q, k=None, *, q_out=None, k_out=None, positions=None, offset=0, style="
     keep_alive = []
     params = _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base, attn_factor, scaling,
                      round_cos_sin, rotary_dim, rotary_offset, cos_cache, sin_cache, num_threads, mrope_section,
-                     cu_seqlens, keep_alive)
+                     cu_seqlens, positions_kind, keep_alive)
     return _call(_lib.rope_dispatch, params)
 
 
@@ -315,7 +349,7 @@ def rope(q, k=None, *, q_out=None, k_out=None, positions=None, offset=0, style="
 _DEFAULT_ARGUMENTS = dict(q_out=None, k_out=None, positions=None, offset=0, style="half", inverse=False,
                           source="compat", base=10000.0, attn_factor=0.0, scaling=None, round_cos_sin=False,
                           rotary_dim=0, rotary_offset=0, cos_cache=None, sin_cache=None, num_threads=0,
-                          mrope_section=None, cu_seqlens=None)
+                          mrope_section=None, cu_seqlens=None, positions_kind=None)
 
 
 def query(q, k=None, **arguments):
@@ -339,7 +373,7 @@ class PreparedRope:
 
     def __init__(self, q, k, arguments):
         self._keep_alive = [q, k, arguments]  # the library reads these arrays at every call
-        self._params = _params(q, k, keep_alive=self._keep_alive, **{**_DEFAULT_ARGUMENTS, **arguments})
+        self._params = _params(q, k, keep_alive=self._keep_alive, prepared=True, **{**_DEFAULT_ARGUMENTS, **arguments})
         self.kernel = _call(_lib.rope_query, self._params)  # refuses bad arguments here, running nothing
         self._report = _Report()
         self._report.struct_size = ctypes.sizeof(_Report)

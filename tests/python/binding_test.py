@@ -89,6 +89,54 @@ class Binding(unittest.TestCase):
                 ropegen.rope(alone[first:last], offset=int(offsets[b]), scaling=scaling)
         np.testing.assert_array_equal(packed, alone)
 
+    def test_positions_shape_must_fit_q(self):
+        # (positions shape, q shape, mrope_section): arrays smaller than q's [batch, seq] the library would read past.
+        cases = [((1, 1), (1, 1 << 22, 1, 2), None), ((1,), (4, 1, 1, 64), None), ((1, 2), (2, 4, 1, 64), None),
+                 ((2, 4), (2, 5, 1, 64), None), ((3, 1, 1), (2, 4, 2, 64), [8, 12, 12]), ((2,), (2, 4, 2, 64), [8, 12, 12])]
+        for shape, q_shape, mrope_section in cases:
+            with self.subTest(positions=shape, q=q_shape):
+                q = np.ones(q_shape, np.float32)
+                with self.assertRaises(ropegen.RopeError) as raised:
+                    ropegen.rope(q, positions=np.zeros(shape, np.int64), mrope_section=mrope_section)
+                self.assertEqual(raised.exception.status, "ROPE_ERR_BAD_SHAPE")
+                self.assertIn(f"positions.shape={shape}", str(raised.exception))
+                self.assertIn("expected", str(raised.exception))
+                self.assertTrue((q == 1).all())
+
+    def test_one_sequence_positions_as_a_1d_table(self):
+        q = self.rng.uniform(-1, 1, (5, 2, 64)).astype(np.float32)  # [seq, heads, D]
+        table = q.copy()
+        positions = np.array([3, 9, 1, 400, 2], np.int64)
+        ropegen.rope(q, positions=positions, source="precise")
+        ropegen.rope(table, positions=positions[None], source="precise")
+        np.testing.assert_array_equal(q, table)
+
+    def test_thd_positions_kind_when_num_seqs_equals_total_tokens(self):
+        cu_seqlens = np.array([0, 0, 2], np.int32)  # two sequences, two tokens: [2] is a table or offsets
+        positions = np.array([5, 100], np.int64)
+        packed = self.rng.uniform(-1, 1, (2, 1, 64)).astype(np.float32)
+        before = packed.copy()
+        with self.assertRaises(ropegen.RopeError) as raised:
+            ropegen.rope(packed, positions=positions, cu_seqlens=cu_seqlens, source="precise")
+        self.assertIn("positions_kind", str(raised.exception))
+        np.testing.assert_array_equal(packed, before)
+        as_offsets, alone = packed.copy(), packed.copy()
+        ropegen.rope(as_offsets, positions=positions, cu_seqlens=cu_seqlens, positions_kind="offsets", source="precise")
+        ropegen.rope(alone, offset=100, source="precise")  # sequence 1 is tokens 0 and 1, from offset 100
+        np.testing.assert_array_equal(as_offsets, alone)
+        ropegen.rope(packed, positions=positions, cu_seqlens=cu_seqlens, positions_kind="table", source="precise")
+        np.testing.assert_allclose(packed, reference_half(before[None], positions[None])[0], atol=2e-6, rtol=0)
+        with self.assertRaises(ropegen.RopeError):
+            ropegen.rope(packed, positions=positions[:1], cu_seqlens=cu_seqlens, positions_kind="table")
+        # One token per sequence: both readings agree, so rope() infers; prepare() cannot rely on cu_seqlens.
+        one_each = np.array([0, 1, 2], np.int32)
+        inferred, table = before.copy(), before.copy()
+        ropegen.rope(inferred, positions=positions, cu_seqlens=one_each, source="precise")
+        ropegen.rope(table, positions=positions, cu_seqlens=one_each, positions_kind="table", source="precise")
+        np.testing.assert_array_equal(inferred, table)
+        with self.assertRaises(ropegen.RopeError):
+            ropegen.prepare(before, positions=positions, cu_seqlens=one_each)
+
     def test_mrope_numpy_streams(self):
         # Contiguous [3, batch, seq] positions: streams with equal values give the plain rotation.
         q = self.rng.uniform(-1, 1, (2, 4, 2, 64)).astype(np.float32)

@@ -267,6 +267,28 @@ def _positions(p, positions, offset, positions_kind, mrope_section, prepared):
         p.positions.strides[0] = strides[0]
 
 
+def _tables(cos, sin, names, pairs, writable=False):
+    """(cos pointer, sin pointer, dtype, rows, row stride) of a pair of cos/sin tables, checked so that the
+    library, which takes `pairs` values from each row and one row stride for both, stays inside them."""
+    views = []
+    for name, table in zip(names, (cos, sin)):
+        if table is None:
+            raise RopeError(1, f"{name} is None; cos and sin tables go together")
+        views.append(_array_view(table, name, writable))
+    (cos_data, dtype, shape, strides), (sin_data, *sin_layout) = views
+    if sin_layout != [dtype, shape, strides]:
+        raise RopeError(6, f"{names[1]} (dtype {sin.dtype}, shape {tuple(sin_layout[1])}, strides {sin_layout[2]}) "
+                           f"differs from {names[0]} (dtype {cos.dtype}, shape {tuple(shape)}, strides {strides}): "
+                           "the two tables share one dtype, shape and strides")
+    if len(shape) != 2 or shape[1] < pairs:
+        raise RopeError(6, f"{names[0]}.shape={tuple(shape)}: [cache_len, n] with n >= rotary_dim/2={pairs}")
+    # A row stride of 0 (a broadcast table) would mean rotary_dim/2 to the library.
+    if strides[1] != 1 or strides[0] < max(pairs, 1):
+        raise RopeError(8, f"{names[0]}.strides={strides} (elements): column stride 1 and row stride >= "
+                           f"max(rotary_dim/2, 1)={max(pairs, 1)}")
+    return cos_data, sin_data, dtype, shape[0], strides[0]
+
+
 def _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base, attn_factor, scaling,
             round_cos_sin, rotary_dim, rotary_offset, cos_cache, sin_cache, num_threads, mrope_section, cu_seqlens,
             positions_kind, keep_alive, prepared=False):
@@ -298,14 +320,9 @@ def _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base,
     p.scaling, scaling_attention = _scaling(scaling, pairs, keep_alive)
     p.angles.attn_factor = float(attn_factor or scaling_attention)
     if source == "cache":
-        for name, table in (("cos_cache", cos_cache), ("sin_cache", sin_cache)):
-            if table is None:
-                raise RopeError(1, f"{name} is None; the cache source needs both tables")
-        cos_view, sin_view = _array_view(cos_cache, "cos_cache"), _array_view(sin_cache, "sin_cache")
-        p.angles.cos_cache, p.angles.sin_cache = cos_view[0], sin_view[0]
-        p.angles.cache_dtype = cos_view[1]
-        p.angles.cache_len = cos_view[2][0]
-        p.angles.cache_row_stride = cos_view[3][0]
+        a = p.angles
+        a.cos_cache, a.sin_cache, a.cache_dtype, a.cache_len, a.cache_row_stride = _tables(
+            cos_cache, sin_cache, ("cos_cache", "sin_cache"), pairs)
     p.round_cos_sin = 1 if round_cos_sin else 0
     p.num_threads = num_threads
     return p
@@ -392,8 +409,9 @@ def prepare(q, k=None, **arguments):
 
 
 def build_cos_sin_cache(cos, sin, *, rotary_dim, source="compat", base=10000.0, attn_factor=0.0, scaling=None):
-    """Fills cos and sin ([cache_len, row_stride] arrays of one dtype, row_stride >= rotary_dim/2) with the
-    cache-source tables of positions 0..cache_len-1 (rope_build_cos_sin_cache)."""
+    """Fills cos and sin with the cache-source tables of positions 0..cache_len-1 (rope_build_cos_sin_cache):
+    writable, disjoint [cache_len, n] arrays of one dtype, shape and strides, n >= rotary_dim/2, column
+    stride 1 and row stride >= rotary_dim/2 (rope()'s cos_cache and sin_cache follow the same rules)."""
     keep_alive = []
     spec = _CacheSpec()
     spec.struct_size = ctypes.sizeof(_CacheSpec)
@@ -402,11 +420,6 @@ def build_cos_sin_cache(cos, sin, *, rotary_dim, source="compat", base=10000.0, 
     spec.base = float(base)
     spec.scaling, scaling_attention = _scaling(scaling, rotary_dim // 2, keep_alive)
     spec.attn_factor = float(attn_factor or scaling_attention)
-    cos_view, sin_view = _array_view(cos, "cos", writable=True), _array_view(sin, "sin", writable=True)
-    if cos_view[1:] != sin_view[1:] or len(cos_view[2]) != 2 or cos_view[3][1] != 1:
-        raise RopeError(6, "cos and sin must be [cache_len, row_stride] arrays of one dtype, shape and strides, rows contiguous")
-    spec.cos_cache, spec.sin_cache = cos_view[0], sin_view[0]
-    spec.cache_len = cos_view[2][0]
-    spec.cache_row_stride = cos_view[3][0]
-    spec.cache_dtype = cos_view[1]
+    spec.cos_cache, spec.sin_cache, spec.cache_dtype, spec.cache_len, spec.cache_row_stride = _tables(
+        cos, sin, ("cos", "sin"), rotary_dim // 2, writable=True)
     return _call(_lib.rope_build_cos_sin_cache, spec)

@@ -215,5 +215,42 @@ class Binding(unittest.TestCase):
                 np.testing.assert_array_equal(computed, cached)
 
 
+    def test_cache_tables_the_library_would_read_past_are_refused(self):
+        row, wide = np.ones(32, np.float32), np.ones((16, 64), np.float32)
+        good = np.ones((16, 32), np.float32)
+        cases = {"broadcast rows (row stride 0)": (np.broadcast_to(row, (16, 32)), np.broadcast_to(row, (16, 32))),
+                 "rows narrower than rotary_dim/2": (wide[:, :8], wide[:, 8:16]),
+                 "sin shorter than cos": (good, good[:1]),
+                 "sin of another dtype": (good, good.astype(np.float16)),
+                 "sin of other strides": (good, wide[:, :32]),
+                 "column stride 2": (wide[:, ::2], wide[:, 1::2]),
+                 "1-D tables": (row, row)}
+        for case, (cos, sin) in cases.items():
+            with self.subTest(case):
+                q = np.ones((1, 1, 1, 64), np.float32)
+                with self.assertRaises(ropegen.RopeError) as raised:
+                    ropegen.rope(q, positions=np.array([[15]]), source="cache", cos_cache=cos, sin_cache=sin)
+                self.assertIn(raised.exception.status, ("ROPE_ERR_BAD_SHAPE", "ROPE_ERR_BAD_STRIDE"))
+                self.assertRegex(str(raised.exception), "(cos|sin)_cache")
+                self.assertTrue((q == 1).all())
+
+    def test_cache_builder_refuses_tables_it_would_write_past(self):
+        parent = torch.full((1 << 12,), -1.0)
+        expanded = parent[:32].expand(64, 32)  # writable, row stride 0
+        columns = np.full((16, 40), -1, np.float32)
+        other = np.full((16, 40), -1, np.float32)
+        read_only = np.zeros((16, 32), np.float32)
+        read_only.flags.writeable = False
+        cases = {"expanded (row stride 0)": (expanded, parent[64:96].expand(64, 32), ropegen.RopeError),
+                 "8 columns of 32": (columns[:, :8], other[:, :8], ropegen.RopeError),
+                 "read-only": (read_only, np.zeros((16, 32), np.float32), ValueError),
+                 "one array for both": (other[:, :32], other[:, :32], ropegen.RopeError)}
+        for case, (cos, sin, error) in cases.items():
+            with self.subTest(case):
+                with self.assertRaises(error):
+                    ropegen.build_cos_sin_cache(cos, sin, rotary_dim=64)
+        self.assertTrue((parent == -1).all() and (columns == -1).all() and (other == -1).all())
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -136,6 +136,14 @@ def _element_strides(interface, itemsize, name):
     return [s // itemsize for s in strides]
 
 
+def _little_endian(interface, name):
+    """Refuses a byte-swapped array: numpy names its dtype like the native one, and the library would
+    read its bytes as little-endian."""
+    if interface["typestr"][0] == ">":
+        raise RopeError(3, f"{name}.dtype={interface['typestr']} is big-endian; the library reads little-endian "
+                           "values (x.astype(x.dtype.newbyteorder('<')) converts it)")
+
+
 def _array_view(x, name, writable=False):
     """(data pointer, dtype code, sizes, element strides) of a torch tensor or a numpy array, no copy."""
     if hasattr(x, "data_ptr") and hasattr(x, "stride"):  # torch
@@ -150,6 +158,7 @@ def _array_view(x, name, writable=False):
         raise TypeError(f"{name}: a torch tensor or an object with the array interface (numpy), not {type(x).__name__}")
     if writable and interface["data"][1]:
         raise RopeError(1, f"{name} is read-only")
+    _little_endian(interface, name)
     dtype = {"float32": F32, "float16": F16, "bfloat16": BF16}.get(getattr(getattr(x, "dtype", None), "name", ""))
     if dtype is None:
         raise RopeError(3, f"{name}.dtype={getattr(x, 'dtype', interface['typestr'])}: not float32, float16 or bfloat16")
@@ -176,6 +185,7 @@ def _index_view(x, name):
             raise RopeError(2, f"{name}: a CPU int32 or int64 tensor, not {x.dtype} on {x.device}")
         return x.data_ptr(), kinds[str(x.dtype)], list(x.shape), list(x.stride())
     interface = x.__array_interface__
+    _little_endian(interface, name)
     kind = {"<i4": 0, "<i8": 1}.get(interface["typestr"])
     if kind is None:
         raise RopeError(2, f"{name}.dtype={interface['typestr']}: positions are int32 or int64")

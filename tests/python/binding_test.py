@@ -252,5 +252,31 @@ class Binding(unittest.TestCase):
         self.assertTrue((parent == -1).all() and (columns == -1).all() and (other == -1).all())
 
 
+    def test_big_endian_arrays_are_refused(self):
+        import ml_dtypes
+        x = self.rng.uniform(-1, 1, (1, 4, 1, 64)).astype(np.float32)
+        cos, sin = np.ones((8, 32), np.float32), np.zeros((8, 32), np.float32)
+        positions = np.arange(4, dtype=np.int64)[None]
+        for dtype in (np.dtype(">f4"), np.dtype(">f2"), np.dtype(ml_dtypes.bfloat16).newbyteorder(">")):
+            swapped = x.astype(dtype)
+            cases = {"q": dict(q=swapped), "k": dict(q=x.astype(dtype.newbyteorder("<")), k=swapped)}
+            for name, arguments in cases.items():
+                with self.subTest(dtype=str(dtype), array=name):
+                    before = swapped.copy()
+                    with self.assertRaises(ropegen.RopeError) as raised:
+                        ropegen.rope(**arguments)
+                    self.assertIn(f"{name}.dtype=>", str(raised.exception))
+                    np.testing.assert_array_equal(swapped, before)
+        cases = {"q_out": dict(q_out=np.zeros_like(x).astype(">f4")),
+                 "cos_cache": dict(source="cache", cos_cache=cos.astype(">f4"), sin_cache=sin.astype(">f4")),
+                 "positions": dict(positions=positions.astype(">i8"))}
+        for name, arguments in cases.items():
+            with self.subTest(array=name):
+                with self.assertRaisesRegex(ropegen.RopeError, f"{name}.dtype=>.*big-endian"):
+                    ropegen.rope(x.copy(), **arguments)
+        with self.assertRaisesRegex(ropegen.RopeError, "cos.dtype=>f4 is big-endian"):
+            ropegen.build_cos_sin_cache(cos.astype(">f4"), sin.astype(">f4"), rotary_dim=64)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -14,6 +14,7 @@ For a call repeated on the same arrays (a decode step), ropegen.prepare() conver
 once and returns an object whose call only runs rope_dispatch.
 """
 import ctypes
+import operator
 import os
 from pathlib import Path
 
@@ -201,20 +202,41 @@ def _float_table(values, count, name):
     return (ctypes.c_float * count)(*values)
 
 
-def _scaling(scaling, pairs, keep_alive):
-    """transformers' rope_parameters (rope_type, factor, original_max_position_embeddings, ...) as rope_scaling.
+# transformers' rope_parameters keys this binding reads; any other key is refused rather than ignored.
+_SCALING_KEYS = {"rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
+                 "max_position_embeddings", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale",
+                 "mscale_all_dim", "truncate", "attention_factor", "short_factor", "long_factor", "inv_freq"}
 
-    Returns (rope_scaling, attention_factor or 0)."""
+
+def _given_once(argument, value, key, scaling):
+    """An argument that transformers' rope_parameters may also carry (value None or 0: not given)."""
+    carried = scaling.get(key)
+    if value and carried is not None and float(carried) != float(value):
+        raise RopeError(11, f"{argument}={value} and scaling[{key!r}]={carried} differ; give one, or both equal")
+    return float(value or carried or 0.0)
+
+
+def _scaling(scaling, pairs, keep_alive, base, attn_factor):
+    """transformers' rope_parameters (rope_type, rope_theta, factor, original_max_position_embeddings, ...)
+    as rope_scaling. Returns (rope_scaling, base, attn_factor); 0 takes the library's default."""
     out = _Scaling()
-    if not scaling:
-        return out, 0.0
+    scaling = scaling or {}
+    unknown = sorted(set(scaling) - _SCALING_KEYS)
+    if unknown:
+        raise RopeError(2, f"scaling has keys {unknown} this binding does not read (rotary_dim= and mrope_section= "
+                           f"are arguments of their own); it reads {', '.join(sorted(_SCALING_KEYS))}")
+    base, attn_factor = _given_once("base", base, "rope_theta", scaling), _given_once("attn_factor", attn_factor,
+                                                                                      "attention_factor", scaling)
     rope_type = scaling.get("rope_type", scaling.get("type", "default"))
     if rope_type not in _SCALINGS:
         raise RopeError(2, f"scaling rope_type={rope_type!r}: one of {', '.join(_SCALINGS)}")
     out.type = _SCALINGS[rope_type]
     out.factor = float(scaling.get("factor") or 0.0)
-    out.original_max_positions = int(scaling.get("original_max_position_embeddings") or 0)
-    out.max_positions = int(scaling.get("max_position_embeddings") or 0)
+    original = scaling.get("original_max_position_embeddings")
+    if rope_type == "dynamic" and original is None:  # transformers' dynamic NTK grows from max_position_embeddings
+        original = scaling.get("max_position_embeddings")
+    out.original_max_positions = _int(original or 0, "scaling['original_max_position_embeddings']", 64)
+    out.max_positions = _int(scaling.get("max_position_embeddings") or 0, "scaling['max_position_embeddings']", 64)
     out.low_freq_factor = float(scaling.get("low_freq_factor") or 0.0)
     out.high_freq_factor = float(scaling.get("high_freq_factor") or 0.0)
     out.beta_fast = float(scaling.get("beta_fast") or 0.0)
@@ -227,7 +249,18 @@ def _scaling(scaling, pairs, keep_alive):
             table = _float_table(scaling[field], pairs, field)
             keep_alive.append(table)
             setattr(out, field, ctypes.cast(table, ctypes.c_void_p))
-    return out, float(scaling.get("attention_factor") or 0.0)
+    return out, base, attn_factor
+
+
+def _int(value, name, bits):
+    """value for a C integer field of `bits` bits: refused where ctypes would wrap it silently."""
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}={value!r}: an integer, not {type(value).__name__}") from None
+    if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+        raise RopeError(11, f"{name}={value} is outside the int{bits} range [-2^{bits - 1}, 2^{bits - 1})")
+    return value
 
 
 def _index_values(data, index_type, count):
@@ -325,10 +358,8 @@ def _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base,
     if mrope_section is not None:
         p.mrope.sections[:] = [int(n) for n in mrope_section]
     p.angles.source = _SOURCES[source]
-    p.angles.base = float(base)
     pairs = (rotary_dim or p.q.sizes[3]) // 2
-    p.scaling, scaling_attention = _scaling(scaling, pairs, keep_alive)
-    p.angles.attn_factor = float(attn_factor or scaling_attention)
+    p.scaling, p.angles.base, p.angles.attn_factor = _scaling(scaling, pairs, keep_alive, base, attn_factor)
     if source == "cache":
         a = p.angles
         a.cos_cache, a.sin_cache, a.cache_dtype, a.cache_len, a.cache_row_stride = _tables(
@@ -348,7 +379,7 @@ def _call(function, params):
 
 
 def rope(q, k=None, *, q_out=None, k_out=None, positions=None, offset=0, style="half", inverse=False,
-         source="compat", base=10000.0, attn_factor=0.0, scaling=None, round_cos_sin=False, rotary_dim=0,
+         source="compat", base=None, attn_factor=0.0, scaling=None, round_cos_sin=False, rotary_dim=0,
          rotary_offset=0, cos_cache=None, sin_cache=None, num_threads=0, mrope_section=None, cu_seqlens=None,
          positions_kind=None):
     """Rotates q (and k) with rope_dispatch; in place unless q_out/k_out are given. Returns the kernel's name.
@@ -360,10 +391,14 @@ def rope(q, k=None, *, q_out=None, k_out=None, positions=None, offset=0, style="
     [3, total_tokens]) or [num_seqs] offsets. Any other shape is refused. positions_kind ("table" or
     "offsets") says which a 1-D array is; None infers it from the shape, and refuses a THD call with
     num_seqs == total_tokens unless every sequence has one token (prepare(): always refuses it, as
-    cu_seqlens may change between calls). scaling: transformers' rope_parameters as a dict ("rope_type", "factor",
-    "original_max_position_embeddings", "max_position_embeddings", "low_freq_factor",
-    "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate",
-    "attention_factor", "short_factor", "long_factor"; "inv_freq" for rope_type "inv_freq").
+    cu_seqlens may change between calls). scaling: transformers' rope_parameters as a dict ("rope_type",
+    "rope_theta", "factor", "original_max_position_embeddings", "max_position_embeddings",
+    "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+    "truncate", "attention_factor", "short_factor", "long_factor"; "inv_freq" for rope_type
+    "inv_freq"); other keys are refused. "rope_theta" is the base and "attention_factor" the
+    attn_factor when those arguments are not given (both given: they must be equal). "dynamic" grows
+    from "original_max_position_embeddings", else "max_position_embeddings" (transformers reads the
+    config's max_position_embeddings). base None: rope_theta, else 10000.
     """
     keep_alive = []
     params = _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base, attn_factor, scaling,
@@ -374,7 +409,7 @@ def rope(q, k=None, *, q_out=None, k_out=None, positions=None, offset=0, style="
 
 # rope()'s keyword arguments and their defaults, for query() and prepare().
 _DEFAULT_ARGUMENTS = dict(q_out=None, k_out=None, positions=None, offset=0, style="half", inverse=False,
-                          source="compat", base=10000.0, attn_factor=0.0, scaling=None, round_cos_sin=False,
+                          source="compat", base=None, attn_factor=0.0, scaling=None, round_cos_sin=False,
                           rotary_dim=0, rotary_offset=0, cos_cache=None, sin_cache=None, num_threads=0,
                           mrope_section=None, cu_seqlens=None, positions_kind=None)
 
@@ -418,7 +453,7 @@ def prepare(q, k=None, **arguments):
     return PreparedRope(q, k, arguments)
 
 
-def build_cos_sin_cache(cos, sin, *, rotary_dim, source="compat", base=10000.0, attn_factor=0.0, scaling=None):
+def build_cos_sin_cache(cos, sin, *, rotary_dim, source="compat", base=None, attn_factor=0.0, scaling=None):
     """Fills cos and sin with the cache-source tables of positions 0..cache_len-1 (rope_build_cos_sin_cache):
     writable, disjoint [cache_len, n] arrays of one dtype, shape and strides, n >= rotary_dim/2, column
     stride 1 and row stride >= rotary_dim/2 (rope()'s cos_cache and sin_cache follow the same rules)."""
@@ -427,9 +462,7 @@ def build_cos_sin_cache(cos, sin, *, rotary_dim, source="compat", base=10000.0, 
     spec.struct_size = ctypes.sizeof(_CacheSpec)
     spec.source = _SOURCES.get(source, -1)
     spec.rotary_dim = rotary_dim
-    spec.base = float(base)
-    spec.scaling, scaling_attention = _scaling(scaling, rotary_dim // 2, keep_alive)
-    spec.attn_factor = float(attn_factor or scaling_attention)
+    spec.scaling, spec.base, spec.attn_factor = _scaling(scaling, rotary_dim // 2, keep_alive, base, attn_factor)
     spec.cos_cache, spec.sin_cache, spec.cache_dtype, spec.cache_len, spec.cache_row_stride = _tables(
         cos, sin, ("cos", "sin"), rotary_dim // 2, writable=True)
     return _call(_lib.rope_build_cos_sin_cache, spec)

@@ -278,5 +278,47 @@ class Binding(unittest.TestCase):
             ropegen.build_cos_sin_cache(cos.astype(">f4"), sin.astype(">f4"), rotary_dim=64)
 
 
+    def test_scaling_reads_rope_theta_and_attention_factor_like_the_arguments(self):
+        x = self.rng.uniform(-1, 1, (1, 4, 2, 64)).astype(np.float32)
+        positions = np.array([[1, 70, 3000, 9]], np.int64)
+
+        def rotated(**arguments):
+            y = x.copy()
+            ropegen.rope(y, positions=positions, **arguments)
+            return y
+
+        np.testing.assert_array_equal(rotated(scaling={"rope_type": "default", "rope_theta": 500000.0}),
+                                      rotated(base=500000.0))
+        self.assertFalse(np.array_equal(rotated(base=500000.0), rotated()))
+        np.testing.assert_array_equal(rotated(scaling={"rope_theta": 500000.0}, base=500000.0), rotated(base=500000.0))
+        yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+        np.testing.assert_array_equal(rotated(scaling=dict(yarn, attention_factor=0.5)),
+                                      rotated(scaling=yarn, attn_factor=0.5))
+        self.assertFalse(np.array_equal(rotated(scaling=dict(yarn, attention_factor=0.5)), rotated(scaling=yarn)))
+        refused = {"base=10000.0": dict(base=10000.0, scaling={"rope_theta": 500000.0}),
+                   "attn_factor=0.25": dict(attn_factor=0.25, scaling=dict(yarn, attention_factor=0.5)),
+                   "'partial_rotary_factor'": dict(scaling={"rope_type": "default", "partial_rotary_factor": 0.5}),
+                   "'facter'": dict(scaling={"rope_type": "linear", "facter": 2.0})}
+        for message, arguments in refused.items():
+            with self.subTest(message):
+                y = x.copy()
+                with self.assertRaises(ropegen.RopeError) as raised:
+                    ropegen.rope(y, **arguments)
+                self.assertIn(message, str(raised.exception))
+                np.testing.assert_array_equal(y, x)
+
+    def test_dynamic_grows_from_max_position_embeddings_as_transformers_does(self):
+        x = self.rng.uniform(-1, 1, (1, 4, 2, 64)).astype(np.float32)
+        from_max, from_original, unscaled = x.copy(), x.copy(), x.copy()
+        positions = np.array([[1, 70, 300, 9]], np.int64)  # longer than 64: a larger base
+        ropegen.rope(from_max, positions=positions, scaling={"rope_type": "dynamic", "factor": 2.0,
+                                                             "max_position_embeddings": 64})
+        ropegen.rope(from_original, positions=positions, scaling={"rope_type": "dynamic", "factor": 2.0,
+                                                                  "original_max_position_embeddings": 64})
+        ropegen.rope(unscaled, positions=positions)
+        np.testing.assert_array_equal(from_max, from_original)
+        self.assertFalse(np.array_equal(from_max, unscaled))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

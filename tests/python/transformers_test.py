@@ -38,17 +38,22 @@ def positions_straddling(original_max):
 class Model:
     """A model family's rotary embedding class, its apply_rotary_pos_emb and a config."""
 
-    def __init__(self, name, module, rotary_class, config, scaling, per_sequence=False):
+    def __init__(self, name, module, rotary_class, config, per_sequence=False):
         self.name, self.module, self.rotary_class, self.config = name, module, rotary_class, config
-        self.scaling, self.per_sequence = scaling, per_sequence
+        self.per_sequence = per_sequence
         parameters = config.rope_parameters
-        self.base = parameters["rope_theta"]
         self.rotary_dim = int(HEAD_DIM * parameters.get("partial_rotary_factor", 1.0))
         self.mrope_section = parameters.get("mrope_section")
+        # ropegen's scaling is what transformers reads: the config's rope_parameters (rope_theta
+        # included; rotary_dim and mrope_section are arguments of their own) and its
+        # max_position_embeddings (where dynamic NTK grows from, LongRoPE's attention factor).
+        self.scaling = {key: value for key, value in parameters.items()
+                        if key not in ("partial_rotary_factor", "mrope_section")}
+        self.scaling["max_position_embeddings"] = config.max_position_embeddings
 
     def positions(self):
         """positions_straddling's; mrope: three streams, height and width small as in an image grid."""
-        original_max = self.scaling.get("original_max_position_embeddings", 4096) if self.scaling else 4096
+        original_max = self.scaling.get("original_max_position_embeddings", 4096)
         temporal = positions_straddling(original_max)
         if self.mrope_section is None:
             return temporal
@@ -77,7 +82,7 @@ class Model:
         q_out, k_out = torch.empty_like(q), torch.empty_like(k)
         # BHSD memory as the [batch, seq, heads, head_dim] views the ABI takes: no copy.
         ropegen.rope(q.transpose(1, 2), k.transpose(1, 2), q_out=q_out.transpose(1, 2), k_out=k_out.transpose(1, 2),
-                     positions=positions, source="compat", base=self.base, scaling=self.scaling,
+                     positions=positions, source="compat", scaling=self.scaling,
                      rotary_dim=self.rotary_dim, round_cos_sin=parity, mrope_section=self.mrope_section)
         return q_out, k_out
 
@@ -95,7 +100,6 @@ def models():
                      "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 1.0}
     qwen_yarn = {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 32768}
     linear = {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}
-    # Dynamic NTK grows past config.max_position_embeddings: that is its `orig` (spec §6).
     dynamic = {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}
     rng = torch.Generator().manual_seed(3)
     pairs = int(HEAD_DIM * 0.75) // 2
@@ -113,17 +117,15 @@ def models():
                                                          "mrope_section": [16, 24, 24]})
     return [
         Model("llama_default", llama, llama.LlamaRotaryEmbedding,
-              llama_config({"rope_type": "default", "rope_theta": 500000.0}), None),
-        Model("llama_linear", llama, llama.LlamaRotaryEmbedding, llama_config(linear), linear),
-        Model("llama_dynamic", llama, llama.LlamaRotaryEmbedding, llama_config(dynamic, 4096),
-              dict(dynamic, original_max_position_embeddings=4096), per_sequence=True),
-        Model("llama3_1", llama, llama.LlamaRotaryEmbedding, llama_config(llama3), llama3),
-        Model("deepseek_yarn", llama, llama.LlamaRotaryEmbedding, llama_config(deepseek_yarn), deepseek_yarn),
-        Model("qwen_yarn", llama, llama.LlamaRotaryEmbedding, llama_config(qwen_yarn), qwen_yarn),
-        Model("phi3_longrope", phi3, phi3.Phi3RotaryEmbedding, phi3_config,
-              dict(longrope, max_position_embeddings=131072), per_sequence=True),
-        Model("gpt_neox_partial", neox, neox.GPTNeoXRotaryEmbedding, neox_config, None),
-        Model("qwen2_vl_mrope", qwen2_vl, qwen2_vl.Qwen2VLRotaryEmbedding, qwen2_vl_config, None),
+              llama_config({"rope_type": "default", "rope_theta": 500000.0})),
+        Model("llama_linear", llama, llama.LlamaRotaryEmbedding, llama_config(linear)),
+        Model("llama_dynamic", llama, llama.LlamaRotaryEmbedding, llama_config(dynamic, 4096), per_sequence=True),
+        Model("llama3_1", llama, llama.LlamaRotaryEmbedding, llama_config(llama3)),
+        Model("deepseek_yarn", llama, llama.LlamaRotaryEmbedding, llama_config(deepseek_yarn)),
+        Model("qwen_yarn", llama, llama.LlamaRotaryEmbedding, llama_config(qwen_yarn)),
+        Model("phi3_longrope", phi3, phi3.Phi3RotaryEmbedding, phi3_config, per_sequence=True),
+        Model("gpt_neox_partial", neox, neox.GPTNeoXRotaryEmbedding, neox_config),
+        Model("qwen2_vl_mrope", qwen2_vl, qwen2_vl.Qwen2VLRotaryEmbedding, qwen2_vl_config),
     ]
 
 

@@ -16,6 +16,7 @@ once and returns an object whose call only runs rope_dispatch.
 import ctypes
 import operator
 import os
+import sys
 from pathlib import Path
 
 __all__ = ["PreparedRope", "RopeError", "rope", "prepare", "build_cos_sin_cache", "library_version", "query"]
@@ -153,6 +154,10 @@ def _array_view(x, name, writable=False):
         dtype = {"torch.float32": F32, "torch.float16": F16, "torch.bfloat16": BF16}.get(str(x.dtype))
         if dtype is None:
             raise RopeError(3, f"{name}.dtype={x.dtype}: not float32, float16 or bfloat16")
+        # The library writes memory behind autograd's back: the gradients would be silently wrong.
+        if writable and x.requires_grad and sys.modules["torch"].is_grad_enabled():
+            raise RuntimeError(f"{name} requires grad and grad mode is on: ropegen's write bypasses autograd; "
+                               "write under torch.no_grad() or into a tensor that does not require grad")
         return x.data_ptr(), dtype, list(x.shape), list(x.stride())
     interface = getattr(x, "__array_interface__", None)
     if interface is None:
@@ -346,8 +351,10 @@ def _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base,
     p.rotary_offset = rotary_offset
     p.q = _tensor(q, "q")
     p.k = _tensor(k, "k")
-    p.q_out = _tensor(q if q_out is None else q_out, "q_out", writable=True)
-    p.k_out = _tensor(k if k_out is None else k_out, "k_out", writable=True) if k is not None else _Tensor()
+    # In place, the library writes q (k) itself: an error names it.
+    p.q_out = _tensor(q, "q", writable=True) if q_out is None else _tensor(q_out, "q_out", writable=True)
+    if k is not None:
+        p.k_out = _tensor(k, "k", writable=True) if k_out is None else _tensor(k_out, "k_out", writable=True)
     if cu_seqlens is not None:  # THD: [total_tokens, heads, head_dim] tensors
         data, kind, shape, strides = _index_view(cu_seqlens, "cu_seqlens")
         if len(shape) != 1 or shape[0] < 1 or strides[0] != 1:

@@ -320,5 +320,21 @@ class Binding(unittest.TestCase):
         self.assertFalse(np.array_equal(from_max, unscaled))
 
 
+    def test_torch_outputs_requiring_grad_are_refused_in_grad_mode(self):
+        x = torch.randn(1, 4, 1, 64, requires_grad=True)
+        q = x.exp()  # exp saves its output for backward: an untracked write would corrupt x.grad
+        before = q.detach().clone()
+        cases = {"q": dict(q=q), "q_out": dict(q=x.detach(), q_out=q),
+                 "k_out": dict(q=x.detach(), k=x.detach(), q_out=torch.empty(1, 4, 1, 64), k_out=q)}
+        for name, arguments in cases.items():
+            with self.subTest(name):
+                with self.assertRaisesRegex(RuntimeError, f"^{name} requires grad"):
+                    ropegen.rope(**arguments)
+        self.assertTrue(torch.equal(q.detach(), before))
+        with torch.no_grad():  # what an engine does at inference: allowed
+            ropegen.rope(q)
+        self.assertFalse(torch.equal(q.detach(), before))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

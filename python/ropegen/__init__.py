@@ -3,9 +3,12 @@
 
 Arrays are passed to the library as they are, never copied: numpy arrays (through the array
 interface; bfloat16 through ml_dtypes' dtype when installed) and torch CPU tensors (through
-data_ptr and stride). Tensors are [batch, seq, heads, head_dim] views of any strides (the
-head_dim stride 1), or [seq, heads, head_dim] for one sequence. A call the library refuses raises
-RopeError with the library's status and message, and leaves every array untouched.
+data_ptr and stride). Tensors are [batch, seq, heads, head_dim] views of non-negative strides (the
+head_dim stride 1), or [seq, heads, head_dim] for one sequence; cos/sin tables have rules of their
+own (build_cos_sin_cache). A call the library refuses raises RopeError with the library's status
+and message, and leaves every array untouched; so do the binding's own refusals: RopeError for
+what breaks the ABI's rules, TypeError for an argument of the wrong type (a list for an array),
+ValueError for a read-only output, RuntimeError for a torch output that requires grad.
 
     import ropegen
     ropegen.rope(q, k, positions=pos, scaling={"rope_type": "llama3", "factor": 8.0, ...})
@@ -83,17 +86,20 @@ class _CacheSpec(ctypes.Structure):
 
 
 def _load_library():
-    """ROPEGEN_LIBRARY, else the libropegen.so beside this package (the build's staging), else the system's."""
-    candidates = [os.environ.get("ROPEGEN_LIBRARY"), Path(__file__).resolve().parent / "libropegen.so", "libropegen.so.1"]
-    errors = []
-    for candidate in candidates:
-        if candidate is None or (isinstance(candidate, Path) and not candidate.exists()):
-            continue
+    """ROPEGEN_LIBRARY when set (and only it: a library asked for is never silently replaced), else the
+    libropegen.so beside this package (the build's staging), else the system's."""
+    chosen = os.environ.get("ROPEGEN_LIBRARY")
+    if chosen:
         try:
-            return ctypes.CDLL(str(candidate))
+            return ctypes.CDLL(chosen)
         except OSError as error:
-            errors.append(str(error))
-    raise ImportError("ropegen: libropegen.so not found (set ROPEGEN_LIBRARY to its path): " + "; ".join(errors))
+            raise ImportError(f"ropegen: ROPEGEN_LIBRARY={chosen} cannot be loaded: {error}") from None
+    staged = Path(__file__).resolve().parent / "libropegen.so"
+    try:
+        return ctypes.CDLL(str(staged) if staged.exists() else "libropegen.so.1")
+    except OSError as error:
+        raise ImportError(f"ropegen: libropegen.so not found beside the package nor on the loader's path "
+                          f"(set ROPEGEN_LIBRARY to its path): {error}") from None
 
 
 _lib = _load_library()
@@ -146,6 +152,23 @@ def _little_endian(interface, name):
                            "values (x.astype(x.dtype.newbyteorder('<')) converts it)")
 
 
+# torch gives an empty tensor no memory (data_ptr 0), which the library would refuse as NULL; it reads
+# nothing of an empty array, so any valid address serves.
+_EMPTY = ctypes.c_int64()
+
+
+def _torch_data(x):
+    return x.data_ptr() or (ctypes.addressof(_EMPTY) if x.numel() == 0 else 0)
+
+
+def _interface(x, name, kinds):
+    """The array interface of x, or a TypeError naming the argument (a list, say)."""
+    interface = getattr(x, "__array_interface__", None)
+    if interface is None:
+        raise TypeError(f"{name}: a torch tensor or a numpy array of {kinds}, not {type(x).__name__}")
+    return interface
+
+
 def _array_view(x, name, writable=False):
     """(data pointer, dtype code, sizes, element strides) of a torch tensor or a numpy array, no copy."""
     if hasattr(x, "data_ptr") and hasattr(x, "stride"):  # torch
@@ -158,12 +181,10 @@ def _array_view(x, name, writable=False):
         if writable and x.requires_grad and sys.modules["torch"].is_grad_enabled():
             raise RuntimeError(f"{name} requires grad and grad mode is on: ropegen's write bypasses autograd; "
                                "write under torch.no_grad() or into a tensor that does not require grad")
-        return x.data_ptr(), dtype, list(x.shape), list(x.stride())
-    interface = getattr(x, "__array_interface__", None)
-    if interface is None:
-        raise TypeError(f"{name}: a torch tensor or an object with the array interface (numpy), not {type(x).__name__}")
+        return _torch_data(x), dtype, list(x.shape), list(x.stride())
+    interface = _interface(x, name, "float32, float16 or bfloat16")
     if writable and interface["data"][1]:
-        raise RopeError(1, f"{name} is read-only")
+        raise ValueError(f"{name} is read-only; the library writes it")
     _little_endian(interface, name)
     dtype = {"float32": F32, "float16": F16, "bfloat16": BF16}.get(getattr(getattr(x, "dtype", None), "name", ""))
     if dtype is None:
@@ -189,8 +210,8 @@ def _index_view(x, name):
         kinds = {"torch.int32": 0, "torch.int64": 1}
         if str(x.dtype) not in kinds or x.device.type != "cpu":
             raise RopeError(2, f"{name}: a CPU int32 or int64 tensor, not {x.dtype} on {x.device}")
-        return x.data_ptr(), kinds[str(x.dtype)], list(x.shape), list(x.stride())
-    interface = x.__array_interface__
+        return _torch_data(x), kinds[str(x.dtype)], list(x.shape), list(x.stride())
+    interface = _interface(x, name, "int32 or int64")
     _little_endian(interface, name)
     kind = {"<i4": 0, "<i8": 1}.get(interface["typestr"])
     if kind is None:
@@ -279,7 +300,7 @@ def _positions(p, positions, offset, positions_kind, mrope_section, prepared):
     if positions_kind not in (None, "table", "offsets"):
         raise RopeError(2, f"positions_kind={positions_kind!r}: None (inferred), 'table' or 'offsets'")
     if positions is None:
-        p.positions.kind, p.positions.offset = 0, offset
+        p.positions.kind, p.positions.offset = 0, _int(offset, "offset", 64)
         return
     data, index_type, shape, strides = _index_view(positions, "positions")
     p.positions.data, p.positions.index_type, shape = data, index_type, tuple(shape)
@@ -347,8 +368,8 @@ def _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base,
         raise RopeError(2, f"style={style!r} (half, interleaved) / source={source!r} (cache, compat, precise)")
     p.style = _STYLES[style]
     p.direction = 1 if inverse else 0
-    p.rotary_dim = rotary_dim
-    p.rotary_offset = rotary_offset
+    p.rotary_dim = _int(rotary_dim, "rotary_dim", 32)
+    p.rotary_offset = _int(rotary_offset, "rotary_offset", 32)
     p.q = _tensor(q, "q")
     p.k = _tensor(k, "k")
     # In place, the library writes q (k) itself: an error names it.
@@ -363,16 +384,18 @@ def _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base,
         p.varlen.cu_seqlens, p.varlen.index_type, p.varlen.num_seqs = data, kind, shape[0] - 1
     _positions(p, positions, offset, positions_kind, mrope_section, prepared)
     if mrope_section is not None:
-        p.mrope.sections[:] = [int(n) for n in mrope_section]
+        if len(mrope_section) != 3:
+            raise RopeError(6, f"mrope_section={mrope_section}: three sections (temporal, height, width)")
+        p.mrope.sections[:] = [_int(n, f"mrope_section[{i}]", 32) for i, n in enumerate(mrope_section)]
     p.angles.source = _SOURCES[source]
-    pairs = (rotary_dim or p.q.sizes[3]) // 2
+    pairs = (p.rotary_dim or p.q.sizes[3]) // 2
     p.scaling, p.angles.base, p.angles.attn_factor = _scaling(scaling, pairs, keep_alive, base, attn_factor)
     if source == "cache":
         a = p.angles
         a.cos_cache, a.sin_cache, a.cache_dtype, a.cache_len, a.cache_row_stride = _tables(
             cos_cache, sin_cache, ("cos_cache", "sin_cache"), pairs)
     p.round_cos_sin = 1 if round_cos_sin else 0
-    p.num_threads = num_threads
+    p.num_threads = _int(num_threads, "num_threads", 32)
     return p
 
 
@@ -468,8 +491,9 @@ def build_cos_sin_cache(cos, sin, *, rotary_dim, source="compat", base=None, att
     spec = _CacheSpec()
     spec.struct_size = ctypes.sizeof(_CacheSpec)
     spec.source = _SOURCES.get(source, -1)
-    spec.rotary_dim = rotary_dim
-    spec.scaling, spec.base, spec.attn_factor = _scaling(scaling, rotary_dim // 2, keep_alive, base, attn_factor)
+    spec.rotary_dim = _int(rotary_dim, "rotary_dim", 32)
+    pairs = spec.rotary_dim // 2
+    spec.scaling, spec.base, spec.attn_factor = _scaling(scaling, pairs, keep_alive, base, attn_factor)
     spec.cos_cache, spec.sin_cache, spec.cache_dtype, spec.cache_len, spec.cache_row_stride = _tables(
-        cos, sin, ("cos", "sin"), rotary_dim // 2, writable=True)
+        cos, sin, ("cos", "sin"), pairs, writable=True)
     return _call(_lib.rope_build_cos_sin_cache, spec)

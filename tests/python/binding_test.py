@@ -3,6 +3,9 @@
 passed without copies, results against an fp64 reference of spec §2, the library's validation as
 RopeError, the cache builder (ctest label "python")."""
 import gc
+import os
+import subprocess
+import sys
 import unittest
 import weakref
 
@@ -334,6 +337,64 @@ class Binding(unittest.TestCase):
         with torch.no_grad():  # what an engine does at inference: allowed
             ropegen.rope(q)
         self.assertFalse(torch.equal(q.detach(), before))
+
+
+    def test_empty_torch_tensors_work_like_numpy_empties(self):
+        q = torch.rand(1, 4, 2, 64)
+        before = q.clone()
+        empty_k = torch.empty(1, 4, 0, 64)
+        self.assertEqual(empty_k.data_ptr(), 0)
+        ropegen.rope(q, empty_k, source="precise")  # batch, seq and heads may be 0
+        want = reference_half(before.numpy(), np.arange(4)[None])
+        np.testing.assert_allclose(q.numpy(), want, atol=2e-6, rtol=0)
+        for shape in ((0, 4, 2, 64), (2, 0, 2, 64)):
+            with self.subTest(shape=shape):
+                ropegen.rope(torch.empty(shape), torch.empty(shape), q_out=torch.empty(shape), k_out=torch.empty(shape),
+                             positions=torch.empty(shape[:2], dtype=torch.int64))
+
+    def test_an_unloadable_ropegen_library_is_an_import_error(self):
+        environment = dict(os.environ, ROPEGEN_LIBRARY="/nonexistent/libropegen.so", PYTHONPATH=os.pathsep.join(sys.path))
+        run = subprocess.run([sys.executable, "-c", "import ropegen"], env=environment, capture_output=True, text=True)
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn("ImportError: ropegen: ROPEGEN_LIBRARY=/nonexistent/libropegen.so cannot be loaded", run.stderr)
+
+    def test_read_only_outputs_are_named(self):
+        q = np.ones((1, 2, 1, 64), np.float32)
+        q.flags.writeable = False
+        for name, arguments in {"q": dict(q=q), "q_out": dict(q=q.copy(), q_out=q),
+                                "k": dict(q=q.copy(), k=q), "k_out": dict(q=q.copy(), k=q.copy(), k_out=q)}.items():
+            with self.subTest(name):
+                with self.assertRaisesRegex(ValueError, f"^{name} is read-only") as raised:
+                    ropegen.rope(**arguments)
+                self.assertNotIsInstance(raised.exception, ropegen.RopeError)  # no library status applies
+
+    def test_integers_that_would_wrap_in_the_c_fields_are_refused(self):
+        q = np.ones((1, 2, 1, 64), np.float32)
+        cases = {"rotary_dim=4294967360": dict(rotary_dim=2 ** 32 + 64),
+                 "rotary_offset=-4294967296": dict(rotary_offset=-2 ** 32),
+                 "offset=18446744073709551619": dict(offset=2 ** 64 + 3),
+                 "mrope_section[0]=4294967304": dict(positions=np.zeros((3, 1, 2), np.int64),
+                                                     mrope_section=[2 ** 32 + 8, 12, 12]),
+                 "num_threads=4294967297": dict(num_threads=2 ** 32 + 1)}
+        for message, arguments in cases.items():
+            with self.subTest(message):
+                with self.assertRaises(ropegen.RopeError) as raised:
+                    ropegen.rope(q, **arguments)
+                self.assertEqual(raised.exception.status, "ROPE_ERR_BAD_VALUE")
+                self.assertIn(message, str(raised.exception))
+        with self.assertRaisesRegex(TypeError, "^rotary_dim=64.0: an integer"):
+            ropegen.rope(q, rotary_dim=64.0)
+        with self.assertRaisesRegex(ropegen.RopeError, "rotary_dim=4294967360"):
+            ropegen.build_cos_sin_cache(np.zeros((4, 32), np.float32), np.zeros((4, 32), np.float32), rotary_dim=2 ** 32 + 64)
+        self.assertTrue((q == 1).all())
+
+    def test_lists_for_arrays_are_type_errors_naming_the_argument(self):
+        q = np.ones((2, 1, 64), np.float32)
+        for name, arguments in {"q": dict(q=[[1.0]]), "positions": dict(q=q, positions=[0, 1]),
+                                "cu_seqlens": dict(q=q, cu_seqlens=[0, 2])}.items():
+            with self.subTest(name):
+                with self.assertRaisesRegex(TypeError, f"^{name}: a torch tensor or a numpy array"):
+                    ropegen.rope(**arguments)
 
 
 if __name__ == "__main__":

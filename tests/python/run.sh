@@ -15,4 +15,5 @@ mkdir "$work/package"
 cp -r "$1/pyproject.toml" "$1/ropegen" "$work/package/"
 "$python" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation --target "$work/site" \
     "$work/package"
-PYTHONPATH="$work/site" "$python" "$here/$2" "${@:3}"
+# The binding would load a ROPEGEN_LIBRARY left in the environment instead of this build's library.
+PYTHONPATH="$work/site" env -u ROPEGEN_LIBRARY "$python" "$here/$2" "${@:3}"

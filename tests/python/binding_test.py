@@ -15,13 +15,18 @@ import torch
 import ropegen
 
 
-def reference_half(x, positions, base=10000.0):
-    """Half-style forward RoPE in fp64 (spec §1-§2): x [batch, seq, heads, D], positions [batch, seq]."""
+def reference_half(x, positions, base=10000.0, attn_factor=1.0, mrope_section=None):
+    """Half-style forward RoPE in fp64 (spec §1-§2, §6 mrope): x [batch, seq, heads, D], positions
+    [batch, seq], or with mrope_section [3, batch, seq] streams, pair i taking the stream whose section holds it."""
     x = np.asarray(x, dtype=np.float64)
     pairs = x.shape[-1] // 2
     inv_freq = base ** (-np.arange(pairs) * 2.0 / x.shape[-1])
-    angle = positions[..., None].astype(np.float64) * inv_freq  # [batch, seq, pairs]
-    c, s = np.cos(angle)[:, :, None], np.sin(angle)[:, :, None]
+    if mrope_section is None:
+        pair_positions = positions[..., None]
+    else:
+        pair_positions = np.moveaxis(positions, 0, -1)[..., np.repeat(np.arange(3), mrope_section)]
+    angle = pair_positions.astype(np.float64) * inv_freq  # [batch, seq, pairs]
+    c, s = attn_factor * np.cos(angle)[:, :, None], attn_factor * np.sin(angle)[:, :, None]
     a, b = x[..., :pairs], x[..., pairs:]
     return np.concatenate([a * c - b * s, b * c + a * s], axis=-1)
 
@@ -64,20 +69,26 @@ class Binding(unittest.TestCase):
     def test_errors_are_exceptions_and_touch_nothing(self):
         q = self.rng.uniform(-1, 1, (1, 4, 2, 64)).astype(np.float32)
         before = q.copy()
-        with self.assertRaises(ropegen.RopeError) as raised:
-            ropegen.rope(q, rotary_dim=65)
-        self.assertEqual(raised.exception.status, "ROPE_ERR_BAD_ROTARY")
-        self.assertIn("rotary_dim=65", str(raised.exception))
-        with self.assertRaises(ropegen.RopeError) as raised:
-            ropegen.rope(q, positions=np.array([[0, 1, -3, 2]], dtype=np.int64))
-        self.assertEqual(raised.exception.status, "ROPE_ERR_POSITION_OUT_OF_RANGE")
-        with self.assertRaises(ropegen.RopeError) as raised:
-            ropegen.rope(q, scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
-                                     "high_freq_factor": 1.0, "original_max_position_embeddings": 8192})
-        self.assertIn("high_freq_factor", str(raised.exception))
-        with self.assertRaises(ropegen.RopeError):
-            ropegen.rope(q.astype(np.float64))
-        np.testing.assert_array_equal(q, before)
+        llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
+                  "original_max_position_embeddings": 8192}
+        cases = [(dict(rotary_dim=65), "ROPE_ERR_BAD_ROTARY", "rotary_dim=65"),
+                 (dict(positions=np.array([[0, 1, -3, 2]], dtype=np.int64)), "ROPE_ERR_POSITION_OUT_OF_RANGE", "-3"),
+                 (dict(scaling=llama3), "ROPE_ERR_BAD_VALUE", "high_freq_factor"),
+                 (dict(k=q.astype(np.float64)), "ROPE_ERR_DTYPE_MISMATCH", "k.dtype=float64")]
+        for arguments, status, message in cases:
+            with self.subTest(status):
+                with self.assertRaises(ropegen.RopeError) as raised:
+                    ropegen.rope(q, **arguments)  # in place: q is the output the refusal must not touch
+                self.assertEqual(raised.exception.status, status)
+                self.assertIn(message, str(raised.exception))
+                np.testing.assert_array_equal(q, before)
+
+    def test_attn_factor_scales_cos_and_sin(self):
+        q = self.rng.uniform(-1, 1, (1, 4, 2, 64)).astype(np.float32)
+        before = q.copy()
+        positions = np.array([[0, 5, 77, 1000]], np.int64)
+        ropegen.rope(q, positions=positions, attn_factor=0.5, source="precise")
+        np.testing.assert_allclose(q, reference_half(before, positions, attn_factor=0.5), atol=2e-6, rtol=0)
 
     def test_thd_packed_sequences_equal_each_alone(self):
         cu_seqlens = np.array([0, 3, 3, 10, 11], dtype=np.int32)
@@ -141,13 +152,17 @@ class Binding(unittest.TestCase):
             ropegen.prepare(before, positions=positions, cu_seqlens=one_each)
 
     def test_mrope_numpy_streams(self):
-        # Contiguous [3, batch, seq] positions: streams with equal values give the plain rotation.
-        q = self.rng.uniform(-1, 1, (2, 4, 2, 64)).astype(np.float32)
-        plain = q.copy()
-        positions = np.arange(8, dtype=np.int64).reshape(2, 4)
-        ropegen.rope(q, positions=np.stack([positions] * 3), mrope_section=[8, 12, 12], source="precise")
-        ropegen.rope(plain, positions=positions, source="precise")
-        np.testing.assert_array_equal(q, plain)
+        # Three different streams, so a wrong section or stream stride moves some pair's angle.
+        mrope_section = [8, 12, 12]
+        streams = self.rng.integers(0, 5000, (3, 2, 4))
+        layouts = {"[3, batch, seq] contiguous": streams.copy(),
+                   "[batch, seq, 3] memory (stream stride 1)": np.ascontiguousarray(streams.transpose(1, 2, 0)).transpose(2, 0, 1)}
+        for layout, positions in layouts.items():
+            with self.subTest(layout):
+                q = self.rng.uniform(-1, 1, (2, 4, 2, 64)).astype(np.float32)
+                want = reference_half(q, streams, mrope_section=mrope_section)
+                ropegen.rope(q, positions=positions, mrope_section=mrope_section, source="precise")
+                np.testing.assert_allclose(q, want, atol=2e-6, rtol=0)
 
     def test_prepared_call_reads_the_arrays_anew_at_every_call(self):
         q = self.rng.uniform(-1, 1, (3, 1, 4, 64)).astype(np.float32)

@@ -19,6 +19,7 @@ The same validation (load_schedule_file, load_tuned_file) and the machine's name
 are importable for tools such as the autotuner.
 """
 import argparse
+import itertools
 import json
 import pathlib
 import re
@@ -100,7 +101,8 @@ def _check_int(where, value, low, high, power_of_two=False):
 
 
 def _check_choice(where, value, choices):
-    if value not in choices:
+    # The type too: Python's equality takes false for 0 and 128.0 for 128.
+    if not any(type(value) is type(choice) and value == choice for choice in choices):
         raise ScheduleError(f"{where}: {json.dumps(value)} must be one of {list(choices)}")
 
 
@@ -146,14 +148,16 @@ def _load_entries(path, target, tuned):
     entry names one kernel (no "*") and sets every knob, and meta is required. Returns the document
     and its (where, match, params) entries."""
     try:
-        doc = json.loads(pathlib.Path(path).read_text())
+        doc = json.loads(pathlib.Path(path).read_text(), object_pairs_hook=_unique_keys)
     except (OSError, json.JSONDecodeError) as err:
         raise ScheduleError(f"{path}: cannot read a JSON schedule file: {err}")
+    except ScheduleError as err:
+        raise ScheduleError(f"{path}: {err}")
     top = ("format", "version", "target", "kernels")
     _check_keys(str(path), doc, top + ("meta",) if tuned else top, () if tuned else ("meta",))
     if doc["format"] != SCHEDULE_FORMAT:
         raise ScheduleError(f"{path}: format {json.dumps(doc['format'])} must be \"{SCHEDULE_FORMAT}\"")
-    if doc["version"] != SCHEDULE_VERSION:
+    if type(doc["version"]) is not int or doc["version"] != SCHEDULE_VERSION:
         raise ScheduleError(f"{path}: version {json.dumps(doc['version'])} is not supported (expected {SCHEDULE_VERSION})")
     if doc["target"] != target:
         raise ScheduleError(f"{path}: target {json.dumps(doc['target'])} must be \"{target}\"")
@@ -177,12 +181,27 @@ def _load_entries(path, target, tuned):
     return doc, entries
 
 
+def _unique_keys(pairs):
+    """json.loads's object_pairs_hook: it would keep a repeated key's last value and drop the
+    others unseen."""
+    obj = {}
+    for name, value in pairs:
+        if name in obj:
+            raise ScheduleError(f"duplicate key {json.dumps(name)}: each key may appear once per object")
+        obj[name] = value
+    return obj
+
+
 def load_schedule_file(path, target):
-    """Parses and validates one default schedule file; returns its list of (where, match, params) entries."""
+    """Parses and validates one default schedule file; returns its list of (where, match, params)
+    entries. Every kernel of the family's key grid is resolved, not only those a build asks for,
+    so that whether a file is valid does not depend on ROPEGEN_DTYPES or ROPEGEN_HEAD_DIMS."""
     _, entries = _load_entries(path, target, tuned=False)
     defaults = [e for e in entries if all(v == "*" for v in e[1].values())]
     if len(defaults) != 1:
         raise ScheduleError(f"{path}: needs exactly one entry whose match is all \"*\" (the complete default), found {len(defaults)}")
+    for values in itertools.product(*MATCH_KEYS.values()):
+        resolve(entries, dict(zip(MATCH_KEYS, values)))
     return entries
 
 

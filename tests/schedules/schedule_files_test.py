@@ -206,6 +206,53 @@ class TunedFileTest(unittest.TestCase):
         self.assert_rejected(self.write(tuned_doc()), "stale", ropegen="1.1.0")
 
 
+class DefaultFileRulesTest(unittest.TestCase):
+    """A default file is as strict as a tuned one: JSON that Python would read loosely, and
+    conflicts between entries anywhere in the family's key grid, are errors."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())
+
+    def write(self, text=None):
+        path = pathlib.Path(self.tmp.name) / f"{TARGET}.json"
+        path.write_text(json.dumps(self.doc, indent=2) if text is None else text)
+        return path
+
+    def assert_rejected(self, path, *fragments):
+        with self.assertRaises(rk.ScheduleError) as caught:
+            rk.load_schedule_file(path, TARGET)
+        for fragment in (str(path), *fragments):
+            self.assertIn(fragment, str(caught.exception))
+
+    def test_the_file_as_committed_loads(self):
+        rk.load_schedule_file(self.write(), TARGET)
+
+    def test_duplicate_key(self):
+        text = json.dumps(self.doc, indent=2).replace('"vector_pairs": 16', '"vector_pairs": 16, "vector_pairs": 8', 1)
+        self.assert_rejected(self.write(text), 'duplicate key "vector_pairs"', "once per object")
+
+    def test_wrong_types_equal_in_python(self):
+        self.doc["version"] = True
+        self.assert_rejected(self.write(), "version true is not supported (expected 1)")
+        for value, shown in ((False, "false"), (128.0, "128.0")):
+            self.doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())
+            self.doc["kernels"][1]["match"]["head_dim"] = value
+            self.assert_rejected(self.write(), f"kernels[1].match.head_dim: {shown} must be one of [64, 128, 256, 0]")
+        self.doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())
+        self.doc["kernels"][0]["params"]["layouts"]["bshd"]["tokens_per_task"] = 8.0
+        self.assert_rejected(self.write(), "kernels[0].params.layouts.bshd.tokens_per_task: 8.0 must be an integer")
+
+    def test_conflicts_anywhere_in_the_key_grid(self):
+        # Equally specific, both set vector_pairs, and both match only the interleaved f16 kernels.
+        for match in ({"dtype": "f16"}, {"style": "interleaved"}):
+            self.doc["kernels"].append({"match": {**dict.fromkeys(rk.MATCH_KEYS, "*"), **match},
+                                        "params": {"vector_pairs": 8}})
+        self.assert_rejected(self.write(), "kernels[7] and", "kernels[8] both set ['vector_pairs'] for kernel",
+                             "'style': 'interleaved'", "'dtype': 'f16'", "equally specific")
+
+
 class CommandLineTest(unittest.TestCase):
     """cmake/ropegen_kernels.py as CMake runs it: the AVX-512 kernels of f32, head_dims 128 and any."""
 
@@ -215,10 +262,10 @@ class CommandLineTest(unittest.TestCase):
         self.root = pathlib.Path(self.tmp.name)
         self.tuned_dir = self.root / "tuned"
 
-    def run_script(self, machine, halide=HALIDE):
+    def run_script(self, machine, halide=HALIDE, schedules=REPO / "schedules"):
         out = self.root / "kernels.cmake"
         result = subprocess.run(
-            [sys.executable, str(SCRIPT), "--schedules", str(REPO / "schedules"), "--tuned-dir", str(self.tuned_dir),
+            [sys.executable, str(SCRIPT), "--schedules", str(schedules), "--tuned-dir", str(self.tuned_dir),
              "--tuned-machine", machine, "--halide-version", halide, "--ropegen-version", ROPEGEN, "--arch", "x86_64",
              "--isas", "avx512", "--cuda", "", "--dtypes", "f32", "--head-dims", "128;0", "--out-cmake", str(out),
              "--out-inc", str(self.root / "kernels.inc")], capture_output=True, text=True, check=False)
@@ -270,6 +317,17 @@ class CommandLineTest(unittest.TestCase):
         result, _ = self.run_script("../x86-64-avx512/test")
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("must be host, none, or a machine's name", result.stderr)
+
+    def test_a_conflict_among_kernels_not_built_fails(self):
+        doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())
+        for match in ({"dtype": "f16"}, {"style": "interleaved"}):  # only f32 is built
+            doc["kernels"].append({"match": {**dict.fromkeys(rk.MATCH_KEYS, "*"), **match}, "params": {"vector_pairs": 8}})
+        schedules = self.root / "schedules"
+        schedules.mkdir()
+        (schedules / f"{TARGET}.json").write_text(json.dumps(doc))
+        result, _ = self.run_script("none", schedules=schedules)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("both set ['vector_pairs'] for kernel", result.stderr)
 
     def test_host_without_files_uses_defaults(self):
         self.write_tuned()  # another machine's

@@ -14,7 +14,7 @@ error that names the file, the entry and the rule, never a silent default), and 
                ropegen-info: ROPE_SCHEDULE_FAMILY(family, default file, tuned file, provenance)
                per family and ROPE_KERNEL_SCHEDULE(name, family, entries, params) per kernel.
 With --tuned-machine, a family's tuned file <tuned-dir>/<family>/<machine>.json (the autotuner's,
-validated as strictly and refused when stale) adds one complete entry per kernel it tuned.
+validated as strictly and refused when stale) adds one entry per kernel it tuned, overlaid last.
 The same validation (load_schedule_file, load_tuned_file) and the machine's name (host_machine)
 are importable for tools such as the autotuner.
 """
@@ -207,9 +207,9 @@ def load_schedule_file(path, target):
 
 def load_tuned_file(path, target, halide_version, ropegen_version):
     """Parses and validates one tuned file, <tuned-dir>/<target>/<machine>.json; returns its list of
-    (where, match, params) entries, to be added to the default file's (they match one kernel each,
-    so they win). A stale file (made with another Halide, or another ropegen major.minor) is an
-    error like a malformed one, and every error says how to retune."""
+    (where, match, params) entries, resolve()'s `tuned` (they match one kernel each and win over
+    every default entry). A stale file (made with another Halide, or another ropegen major.minor)
+    is an error like a malformed one, and every error says how to retune."""
     return _load_tuned(pathlib.Path(path), target, halide_version, ropegen_version)[1]
 
 
@@ -297,7 +297,7 @@ def _slug(text):
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def matching_entries(entries, key):
+def _matching(entries, key):
     """The (specificity, where, params) of the entries that match one kernel key, least specific first."""
     matching = []
     for where, match, params in entries:
@@ -307,9 +307,18 @@ def matching_entries(entries, key):
     return matching
 
 
-def resolve(entries, key):
-    """Parameters for one kernel key: the default, overlaid by matching entries, least specific first."""
-    matching = matching_entries(entries, key)
+def matching_entries(entries, key, tuned=()):
+    """The (where, params) of the entries that match one kernel key, in the order resolve()
+    overlays them: the default file's `entries`, least specific first, then the tuned file's."""
+    return [(where, params) for _, where, params in _matching(entries, key) + _matching(tuned, key)]
+
+
+def resolve(entries, key, tuned=()):
+    """Parameters for one kernel key: the default file's `entries` overlaid least specific first,
+    then the key's entry of the tuned file (`tuned`), if any. The tuned layer is above every
+    default entry, a fully specific one included, so it is no party to the default file's rule
+    that equally specific entries set different knobs."""
+    matching = _matching(entries, key)
     for i, (spec_a, where_a, params_a) in enumerate(matching):
         for spec_b, where_b, params_b in matching[i + 1:]:
             shared = set(generator_params(_as_resolved(params_a))) & set(generator_params(_as_resolved(params_b)))
@@ -317,7 +326,7 @@ def resolve(entries, key):
                 raise ScheduleError(f"{where_a} and {where_b} both set {sorted(shared)} for kernel {key} and are equally "
                                     "specific; make one more specific")
     resolved = {"layouts": {}}
-    for _, _, params in matching:
+    for _, params in matching_entries(entries, key, tuned):
         for name, value in params.items():
             if name == "layouts":
                 for layout, knobs in value.items():
@@ -441,7 +450,7 @@ def main():
                           "// ROPE_KERNEL_SCHEDULE(name, family, the entries that set its knobs, its generator params)"]
         for level, family, halide_target, features, inc_line, list_name in levels:
             default_path = args.schedules / f"{family}.json"
-            entries = load_schedule_file(default_path, family)
+            entries, tuned_entries = load_schedule_file(default_path, family), []
             tuned_file, provenance = "", ""
             report = f"defaults ({unidentified})" if unidentified else "defaults (tuned schedules off)"
             if machine != "none":
@@ -450,7 +459,6 @@ def main():
                 report = f"defaults (no tuned file for {machine})"
                 if tuned_path.exists():
                     tuned, tuned_entries = _load_tuned(tuned_path, family, args.halide_version, args.ropegen_version)
-                    entries += tuned_entries
                     used.append(tuned_path)
                     report = f"tuned schedule {tuned_path} ({tuned['method']}, {tuned['date']})"
                     tuned_file, provenance = tuned_path, json.dumps(tuned, sort_keys=True)
@@ -462,9 +470,9 @@ def main():
                     for dtype in dtypes:
                         for source in SOURCES:
                             key = {"style": style, "head_dim": head_dim, "dtype": dtype, "source": source}
-                            params = generator_params(resolve(entries, key))
+                            params = generator_params(resolve(entries, key, tuned_entries))
                             name = kernel_name(level, style, head_dim, dtype, source)
-                            entries_used = "; ".join(where for _, where, _ in matching_entries(entries, key))
+                            entries_used = "; ".join(where for where, _ in matching_entries(entries, key, tuned_entries))
                             knobs = " ".join(f"{k}={v}" for k, v in params.items())
                             schedule_lines.append(f"ROPE_KERNEL_SCHEDULE({name}, {c_string(family)}, "
                                                   f"{c_string(entries_used)}, {c_string(knobs)})")

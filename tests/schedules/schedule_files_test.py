@@ -72,17 +72,24 @@ class TunedFileTest(unittest.TestCase):
     def test_valid_file_wins(self):
         entries = rk.load_schedule_file(REPO / "schedules" / f"{TARGET}.json", TARGET)
         default = rk.resolve(entries, KEY)
-        entries += rk.load_tuned_file(self.write(tuned_doc()), TARGET, HALIDE, ROPEGEN)
-        self.assertEqual(rk.resolve(entries, KEY), CPU_PARAMS)
+        tuned = rk.load_tuned_file(self.write(tuned_doc()), TARGET, HALIDE, ROPEGEN)
+        self.assertEqual(rk.resolve(entries, KEY, tuned), CPU_PARAMS)
         self.assertNotEqual(default, CPU_PARAMS)
         other = dict(KEY, dtype="bf16")
-        self.assertEqual(rk.resolve(entries, other)["vector_pairs"], default["vector_pairs"])
+        self.assertEqual(rk.resolve(entries, other, tuned)["vector_pairs"], default["vector_pairs"])
+
+    def test_tuned_entry_wins_over_a_fully_specific_default_entry(self):
+        entries = rk.load_schedule_file(REPO / "schedules" / f"{TARGET}.json", TARGET)
+        entries.append(("a default entry", dict(KEY), {"unroll_pairs": 2}))
+        tuned = rk.load_tuned_file(self.write(tuned_doc()), TARGET, HALIDE, ROPEGEN)
+        self.assertEqual(rk.resolve(entries, KEY, tuned), CPU_PARAMS)
+        self.assertEqual([where for where, _ in rk.matching_entries(entries, KEY, tuned)][-2:],
+                         ["a default entry", f"{self.tuned_dir / TARGET / MACHINE}.json: kernels[0]"])
 
     def test_valid_gpu_file_wins(self):
         path = self.write(tuned_doc("cuda-sm86", GPU_PARAMS), directory="cuda-sm86")
         entries = rk.load_schedule_file(REPO / "schedules" / "cuda-sm86.json", "cuda-sm86")
-        entries += rk.load_tuned_file(path, "cuda-sm86", HALIDE, ROPEGEN)
-        resolved = rk.resolve(entries, KEY)
+        resolved = rk.resolve(entries, KEY, rk.load_tuned_file(path, "cuda-sm86", HALIDE, ROPEGEN))
         self.assertEqual((resolved["vector_pairs"], resolved["gpu"]), (GPU_PARAMS["vector_pairs"], GPU_PARAMS["gpu"]))
 
     def test_other_patch_version_is_not_stale(self):
@@ -268,7 +275,8 @@ class CommandLineTest(unittest.TestCase):
             [sys.executable, str(SCRIPT), "--schedules", str(schedules), "--tuned-dir", str(self.tuned_dir),
              "--tuned-machine", machine, "--halide-version", halide, "--ropegen-version", ROPEGEN, "--arch", "x86_64",
              "--isas", "avx512", "--cuda", "", "--dtypes", "f32", "--head-dims", "128;0", "--out-cmake", str(out),
-             "--out-inc", str(self.root / "kernels.inc")], capture_output=True, text=True, check=False)
+             "--out-inc", str(self.root / "kernels.inc"), "--out-schedules", str(self.root / "schedules.inc")],
+            capture_output=True, text=True, check=False)
         return result, out.read_text() if result.returncode == 0 else None
 
     def write_tuned(self):
@@ -291,6 +299,22 @@ class CommandLineTest(unittest.TestCase):
                       "bhsd_tokens_per_task=32 bhsd_head_loop=outside_tokens",
                       self.params_line(script))
         self.assertIn(f'message(STATUS "ropegen: {TARGET}: tuned schedule {path} (measured, 2026-11-21)")', script)
+
+    def test_tuned_file_wins_over_a_fully_specific_default_entry(self):
+        doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())
+        doc["kernels"].append({"match": dict(KEY), "params": {"unroll_pairs": 2}})
+        schedules = self.root / "schedules"
+        schedules.mkdir()
+        (schedules / f"{TARGET}.json").write_text(json.dumps(doc))
+        self.write_tuned()
+        result, script = self.run_script(MACHINE, schedules=schedules)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn(" unroll_pairs=4 ", self.params_line(script))
+        # ropegen-info's provenance names both, the tuned entry last.
+        line = next(line for line in (self.root / "schedules.inc").read_text().splitlines()
+                    if line.startswith("ROPE_KERNEL_SCHEDULE(ropegen_half_cache_d128_f32__avx512,"))
+        self.assertIn(f"schedules/{TARGET}.json: kernels[{len(doc['kernels']) - 1}]; tuned/{TARGET}/{MACHINE}.json: "
+                      "kernels[0]", line)
 
     def test_stale_file_fails(self):
         self.write_tuned()

@@ -71,6 +71,8 @@ INTERLEAVED_ROTATIONS = ("deinterleave", "swap")
 CPU_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "cos_sin_vectors", "store_order", "interleaved_rotation", "layouts")
 GPU_KNOBS = ("vector_pairs", "gpu")
 GPU_GROUP_KNOBS = ("threads_per_block", "pair_threads", "tokens_per_block")
+# Static shared memory a CUDA block may use: a block's cos/sin table must fit in it.
+CUDA_STATIC_SHARED_BYTES = 48 * 1024
 # A tuned file's provenance (meta.tuned): all strings.
 TUNED_META_KEYS = ("machine", "cpu", "method", "halide", "ropegen", "date", "command")
 SLUG = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")  # a machine's name: a tuned file's stem
@@ -237,7 +239,8 @@ def _load_tuned(path, target, halide_version, ropegen_version):
             raise ScheduleError(f"{path}: its directory \"{path.parent.name}\" must be named after its target, \"{target}\"")
         first = {}
         for index, (entry_where, match, params) in enumerate(entries):
-            check_cos_sin_placement(f"{entry_where}.params", match, params)
+            for message in rule_violations(match, params).values():
+                raise ScheduleError(f"{entry_where}.params: {message}")
             key = tuple(match[k] for k in MATCH_KEYS)
             if key in first:
                 raise ScheduleError(f"{entry_where}.match: {json.dumps(match)} is also the match of kernels[{first[key]}]; "
@@ -326,7 +329,8 @@ def resolve(entries, key, tuned=()):
                 raise ScheduleError(f"{where_a} and {where_b} both set {sorted(shared)} for kernel {key} and are equally "
                                     "specific; make one more specific")
     resolved = {"layouts": {}}
-    for _, params in matching_entries(entries, key, tuned):
+    layers = matching_entries(entries, key, tuned)
+    for _, params in layers:
         for name, value in params.items():
             if name == "layouts":
                 for layout, knobs in value.items():
@@ -335,22 +339,39 @@ def resolve(entries, key, tuned=()):
                 resolved.setdefault("gpu", {}).update(value)
             else:
                 resolved[name] = value
-    check_cos_sin_placement(f"kernel {key}", key, resolved)
+    for (group, knob), message in rule_violations(key, resolved).items():
+        setter = next(where for where, params in reversed(layers) if knob in (params.get(group, {}) if group else params))
+        raise ScheduleError(f"{setter}.params, for kernel {key}: {message}")
     return resolved
 
 
-def check_cos_sin_placement(where, key, params):
-    """The library's allocation guarantee: before a kernel runs, the dispatcher reserves exactly
-    the scratch of the computed sources' root tables (and nothing for the cache source), so that
-    a failed allocation is reported with no output written. A kernel must allocate nothing more:
-    the cache source reads its tables inline, the computed sources build them at root (`task`
-    tables would be allocated inside the parallel loop)."""
+def rule_violations(key, params):
+    """What in `params` (resolved, or one entry's) the kernel `key` may not have, as
+    {(group or None, knob): message}.
+    cos_sin_at: the library's allocation guarantee. Before a kernel runs, the dispatcher reserves
+    exactly the scratch of the computed sources' root tables (and nothing for the cache source),
+    so that a failed allocation is reported with no output written. A kernel must allocate
+    nothing more: the cache source reads its tables inline, the computed sources build them at
+    root (`task` tables would be allocated inside the parallel loop).
+    gpu.tokens_per_block: a CUDA block holds cos/sin of its tokens in static shared memory. The
+    any-head_dim kernel sizes its table at run time (a launch that does not fit fails, and the
+    call returns its status), so only fixed head_dim kernels are checked here."""
+    violations = {}
     placement = params.get("cos_sin_at")  # CPU families only
     allowed = "inline" if key["source"] == "cache" else "root"
     if placement is not None and placement != allowed:
-        raise ScheduleError(f"{where}: cos_sin_at {json.dumps(placement)} is not allowed for the {key['source']} source: "
-                            "a kernel may allocate nothing beyond the scratch the dispatcher reserves before it runs; "
-                            f"use {allowed}")
+        violations[None, "cos_sin_at"] = (
+            f"cos_sin_at {json.dumps(placement)} is not allowed for the {key['source']} source: a kernel may allocate "
+            f"nothing beyond the scratch the dispatcher reserves before it runs; use {allowed}")
+    tokens = params.get("gpu", {}).get("tokens_per_block")
+    pair_bytes = 8  # cos and sin, f32
+    if tokens is not None and key["head_dim"] and tokens * key["head_dim"] // 2 * pair_bytes > CUDA_STATIC_SHARED_BYTES:
+        violations["gpu", "tokens_per_block"] = (
+            f"gpu.tokens_per_block {tokens} is too many for head_dim {key['head_dim']}: a block's shared cos/sin table "
+            f"of {tokens} rows of {key['head_dim'] // 2} pairs x {pair_bytes} bytes would exceed the "
+            f"{CUDA_STATIC_SHARED_BYTES // 1024} KiB of static shared memory; at most "
+            f"{CUDA_STATIC_SHARED_BYTES // (key['head_dim'] // 2 * pair_bytes)}")
+    return violations
 
 
 def _as_resolved(params):

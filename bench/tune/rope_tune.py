@@ -164,9 +164,7 @@ def core_candidates(key, isa, default, judges=MEASURED_KNOBS):
             continue  # the interleaved style stores a pair's lanes together: the order means nothing
         if core["interleaved_rotation"] != default["interleaved_rotation"] and (key["style"] != "interleaved" or not key["head_dim"]):
             continue  # read by fixed head_dim kernels of the interleaved style only
-        try:
-            rk.check_cos_sin_placement("", key, core)
-        except rk.ScheduleError:
+        if rk.rule_violations(key, core):
             continue  # a placement the library does not allow for this key
         if any(knob not in judges and value != default[knob] for knob, value in core.items()):
             continue

@@ -161,8 +161,30 @@ class TunedFileTest(unittest.TestCase):
         entries = rk.load_schedule_file(REPO / "schedules" / f"{TARGET}.json", TARGET)
         entries.append(("a test entry", {"style": "*", "head_dim": "*", "dtype": "*", "source": "cache"},
                         {"cos_sin_at": "task"}))
-        with self.assertRaisesRegex(rk.ScheduleError, re.escape('cos_sin_at "task" is not allowed for the cache source')):
+        with self.assertRaisesRegex(rk.ScheduleError, re.escape(f'a test entry.params, for kernel {KEY}: cos_sin_at "task" '
+                                                                'is not allowed for the cache source')):
             rk.resolve(entries, KEY)
+
+    def test_cuda_shared_cos_sin_must_fit_static_shared_memory(self):
+        doc = tuned_doc("cuda-sm86", GPU_PARAMS)  # head_dim 128: 64 pairs x 8 bytes a token
+        doc["kernels"][0]["params"]["gpu"]["tokens_per_block"] = 96  # 48 KiB exactly
+        rk.load_tuned_file(self.write(doc, directory="cuda-sm86"), "cuda-sm86", HALIDE, ROPEGEN)
+        doc["kernels"][0]["params"]["gpu"]["tokens_per_block"] = 97
+        path = self.write(doc, directory="cuda-sm86")
+        rule = ("kernels[0].params: gpu.tokens_per_block 97 is too many for head_dim 128: a block's shared cos/sin "
+                "table of 97 rows of 64 pairs x 8 bytes would exceed the 48 KiB of static shared memory; at most 96")
+        with self.assertRaisesRegex(rk.ScheduleError, re.escape(f"{path}: {rule}")):
+            rk.load_tuned_file(path, "cuda-sm86", HALIDE, ROPEGEN)
+        # A default file's entry for every head_dim: the rule holds for each fixed one, not for the
+        # any-head_dim kernel, which sizes its table at run time.
+        entries = rk.load_schedule_file(REPO / "schedules" / "cuda-sm86.json", "cuda-sm86")
+        entries.append(("a test entry", {"style": "*", "head_dim": "*", "dtype": "*", "source": "compat"},
+                        {"gpu": {"tokens_per_block": 64}}))
+        rk.resolve(entries, dict(KEY, head_dim=128, source="compat"))
+        rk.resolve(entries, dict(KEY, head_dim=0, source="compat"))
+        with self.assertRaisesRegex(rk.ScheduleError, re.escape("a test entry.params, for kernel ") + ".*"
+                                    + re.escape("gpu.tokens_per_block 64 is too many for head_dim 256")):
+            rk.resolve(entries, dict(KEY, head_dim=256, source="compat"))
 
     def test_duplicate_key(self):
         doc = tuned_doc()

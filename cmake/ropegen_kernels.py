@@ -14,7 +14,9 @@ error that names the file, the entry and the rule, never a silent default), and 
                ropegen-info: ROPE_SCHEDULE_FAMILY(family, default file, tuned file, provenance)
                per family and ROPE_KERNEL_SCHEDULE(name, family, entries, params) per kernel.
 With --tuned-machine, a family's tuned file <tuned-dir>/<family>/<machine>.json (the autotuner's,
-validated as strictly and refused when stale) adds one entry per kernel it tuned, overlaid last.
+validated as strictly and refused when stale) adds one entry per kernel it tuned, overlaid last:
+the knobs the tuner changed from the defaults it tuned against (a later change of a default
+reaches the others).
 The same validation (load_schedule_file, load_tuned_file) and the machine's name (host_machine)
 are importable for tools such as the autotuner.
 """
@@ -147,8 +149,8 @@ def _check_params(where, params, complete, gpu):
 def _load_entries(path, target, tuned):
     """The checks of every schedule file: JSON, format, version, target, and each entry's keys,
     match values and knobs. A default file's all-"*" entry sets every knob; in a tuned file every
-    entry names one kernel (no "*") and sets every knob, and meta is required. Returns the document
-    and its (where, match, params) entries."""
+    entry names one kernel (no "*") and sets only the knobs the tuner changed, and meta is
+    required. Returns the document and its (where, match, params) entries."""
     try:
         doc = json.loads(pathlib.Path(path).read_text(), object_pairs_hook=_unique_keys)
     except (OSError, json.JSONDecodeError) as err:
@@ -177,7 +179,7 @@ def _load_entries(path, target, tuned):
                                     "(each entry names one kernel)")
             if match[key] != "*":
                 _check_choice(f"{where}.match.{key}", match[key], allowed)
-        complete = tuned or all(value == "*" for value in match.values())
+        complete = all(value == "*" for value in match.values())
         _check_params(f"{where}.params", entry["params"], complete=complete, gpu=target.startswith("cuda-"))
         entries.append((where, match, entry["params"]))
     return doc, entries

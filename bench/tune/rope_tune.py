@@ -530,7 +530,8 @@ def versions(build):
 
 
 def tuned_document(family, meta, results):
-    """The tuned file: one fully specific entry per key, in key order, with what was measured."""
+    """The tuned file: one fully specific entry per key, in key order, with the knobs the tuner
+    changed and what was measured."""
     order = {key_id(k): i for i, k in enumerate(all_keys([]))}
     entries = []
     for kid in sorted(results, key=order.__getitem__):
@@ -586,15 +587,16 @@ def table(results, keys):
     return "\n".join(lines)
 
 
-def compare(bench, defaults, tuned_file, keys, progress):
+def compare(bench, defaults, tuned_entries, keys, progress):
     """Default against tuned, measured afresh (not the run that chose them, whose winner is
-    favoured by its own noise), for every key the tuned file holds: a markdown table, and the
-    keys whose default or tuned schedule fails its check on this build (a row says which)."""
-    tuned_entries = {key_id(entry["match"]): entry["params"] for entry in json.loads(tuned_file.read_text())["kernels"]}
+    favoured by its own noise), for every key the tuned file (`tuned_entries`) holds: a markdown
+    table, and the keys whose default or tuned schedule fails its check on this build (a row says
+    which)."""
+    tuned_keys = {key_id(match) for _, match, _ in tuned_entries}
     rows, kept, failed = [], 0, []
-    for key in (k for k in keys if key_id(k) in tuned_entries):
+    for key in (k for k in keys if key_id(k) in tuned_keys):
         progress.done += 1
-        default, tuned = canonical(rk.resolve(defaults, key)), canonical(tuned_entries[key_id(key)])
+        default, tuned = canonical(rk.resolve(defaults, key)), canonical(rk.resolve(defaults, key, tuned_entries))
         if tuned == default:
             kept += 1
             continue
@@ -611,9 +613,21 @@ def compare(bench, defaults, tuned_file, keys, progress):
     return "\n".join(header + rows) + f"\n\nThe other {kept} keys kept the defaults.\n", failed
 
 
+def changed_params(default, params):
+    """The knobs of `params` that differ from `default`, nested as in a schedule entry: what a
+    tuned entry holds, so that a later change of a default reaches the knobs the tuner kept."""
+    changed = {knob: value for knob, value in params.items() if knob != "layouts" and value != default[knob]}
+    layouts = {layout: {knob: value for knob, value in knobs.items() if value != default["layouts"][layout][knob]}
+               for layout, knobs in params["layouts"].items()}
+    if any(layouts.values()):
+        changed["layouts"] = {layout: knobs for layout, knobs in layouts.items() if knobs}
+    return changed
+
+
 def changed_knobs(default, params):
-    flat_default, flat = rk.generator_params(default), rk.generator_params(params)
-    return [f"{k}={flat[k]}" for k in sorted(flat) if flat[k] != flat_default[k]]
+    """changed_params as generator parameters, "name=value"."""
+    flat = rk.generator_params({"layouts": {}, **changed_params(default, params)})
+    return [f"{k}={flat[k]}" for k in sorted(flat)]
 
 
 # ---- Main ---------------------------------------------------------------------------------------
@@ -664,8 +678,8 @@ def main(argv=None):
     out = args.out_dir / family / f"{machine['slug']}.json"
     command = " ".join(["bench/tune/rope_tune.py"] + [shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])])
     if args.compare:
-        rk.load_tuned_file(out, family, halide, ropegen)
-        markdown, failed = compare(bench, defaults, out, keys, progress)
+        tuned_entries = rk.load_tuned_file(out, family, halide, ropegen)
+        markdown, failed = compare(bench, defaults, tuned_entries, keys, progress)
         progress.show("done\n")
         print(markdown)
         if failed:  # the build would reject (aarch64: the NEON audit) or miscompute these: no README table
@@ -721,7 +735,7 @@ def main(argv=None):
             tuned, tuned_m, default_m = staged_search(default, key, isa, measure,
                                                       lambda: progress.elapsed() > args.budget, bench.judges)
         # The command per entry: a file may gather keys of several runs (--keys).
-        results[kid] = {"key": key, "params": tuned, "measured": {
+        results[kid] = {"key": key, "params": changed_params(default, tuned), "measured": {
             **tuned_m.summary(default_m), "changed": changed_knobs(default, tuned), "command": command}}
         write_json(state_path, {"identity": identity, "results": results, "sweeps": sweep_report})
         progress.key_done(time.monotonic() - started)

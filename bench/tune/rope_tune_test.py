@@ -200,7 +200,8 @@ class FileTest(unittest.TestCase):
         default = default_params()
         tuned = best_params(default)
         other = {**KEY, "dtype": "f32"}
-        results = {rt.key_id(other): self.result(other, default), rt.key_id(KEY): self.result(KEY, tuned)}
+        results = {rt.key_id(other): self.result(other, rt.changed_params(default, default)),
+                   rt.key_id(KEY): self.result(KEY, rt.changed_params(default, tuned))}
         with tempfile.TemporaryDirectory() as tmp:
             path = pathlib.Path(tmp) / FAMILY / "test-machine.json"
             rt.write_json(path, rt.tuned_document(FAMILY, self.META, results))
@@ -212,10 +213,21 @@ class FileTest(unittest.TestCase):
             self.assertEqual([e[1] for e in entries], [KEY, other])  # key order: bf16 before f32
             defaults = rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY)
             self.assertEqual(rt.canonical(rk.resolve(defaults, KEY, entries)), tuned)
+            self.assertEqual(rt.canonical(rk.resolve(defaults, other, entries)), default)
             # A later run keeps the keys it does not tune.
             kept, commands = rt.existing_results(path, FAMILY, "21.0.0", "0.1.0")
             self.assertEqual(set(kept), set(results))
             self.assertEqual(commands, [self.META["command"]])
+
+    def test_an_entry_holds_the_changed_knobs_only(self):
+        layout = {"tokens_per_task": 8, "head_loop": "inside_tokens"}
+        default = {"vector_pairs": 16, "unroll_pairs": 1, "layouts": {name: dict(layout) for name in rk.LAYOUTS}}
+        tuned = rt.canonical(default)
+        tuned["unroll_pairs"] = 2
+        tuned["layouts"]["sbhd"]["tokens_per_task"] = 32
+        self.assertEqual(rt.changed_params(default, tuned), {"unroll_pairs": 2, "layouts": {"sbhd": {"tokens_per_task": 32}}})
+        self.assertEqual(rt.changed_knobs(default, tuned), ["sbhd_tokens_per_task=32", "unroll_pairs=2"])
+        self.assertEqual(rt.changed_params(default, default), {})
 
     def test_commands_of_a_file_that_listed_only_its_last_run_come_first(self):
         results = {f"k{i}": {"measured": {"command": command}}
@@ -272,7 +284,9 @@ class ResumeTest(unittest.TestCase):
             document = json.loads(out.read_text())
             self.assertEqual([e["match"]["style"] for e in document["kernels"]], ["half", "interleaved"])
             self.assertEqual(document["meta"]["tuned"]["method"], "measured")
-            self.assertEqual(document["kernels"][0]["params"], best_params(default_params()))
+            # The knobs the search changed, nothing it kept.
+            self.assertEqual(document["kernels"][0]["params"], rt.changed_params(default_params(), best_params(default_params())))
+            self.assertNotIn("cos_sin_at", document["kernels"][0]["params"])
 
     def test_compare_writes_its_machines_readme_section_only(self):
         with tempfile.TemporaryDirectory() as tmp, \

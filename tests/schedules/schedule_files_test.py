@@ -108,19 +108,21 @@ class TunedFileTest(unittest.TestCase):
         doc["kernels"][0]["match"]["head_dim"] = "*"
         self.assert_rejected(self.write(doc), 'kernels[0].match.head_dim: "*" is not allowed in a tuned file')
 
-    def test_incomplete_params(self):
-        doc = tuned_doc()
-        del doc["kernels"][0]["params"]["layouts"]["sbhd"]["head_loop"]
-        self.assert_rejected(self.write(doc), "kernels[0].params.layouts.sbhd: missing key(s) ['head_loop']",
-                             "stale or malformed")
-        del doc["kernels"][0]["params"]["unroll_pairs"]
-        self.assert_rejected(self.write(doc), "kernels[0].params: missing key(s) ['unroll_pairs']")
-        doc = tuned_doc()
-        del doc["kernels"][0]["params"]["store_order"]
-        self.assert_rejected(self.write(doc), "kernels[0].params: missing key(s) ['store_order']")
-        doc = tuned_doc()
-        del doc["kernels"][0]["params"]["interleaved_rotation"]
-        self.assert_rejected(self.write(doc), "kernels[0].params: missing key(s) ['interleaved_rotation']")
+    def test_partial_params_overlay_the_defaults(self):
+        # A tuned entry holds the knobs the tuner changed: the defaults fill the others, so a later
+        # change of a default reaches them.
+        entries = rk.load_schedule_file(REPO / "schedules" / f"{TARGET}.json", TARGET)
+        default = rk.resolve(entries, KEY)
+        for params in ({}, {"unroll_pairs": 4, "layouts": {"sbhd": {"tokens_per_task": 32}}}):
+            doc = tuned_doc(params=params)
+            expected = copy.deepcopy(default)
+            expected.update({k: v for k, v in params.items() if k != "layouts"})
+            expected["layouts"]["sbhd"].update(params.get("layouts", {}).get("sbhd", {}))
+            tuned = rk.load_tuned_file(self.write(doc), TARGET, HALIDE, ROPEGEN)
+            self.assertEqual(rk.resolve(entries, KEY, tuned), expected)
+            changed = copy.deepcopy(entries)
+            changed[0][2]["vector_pairs"] = 32
+            self.assertEqual(rk.resolve(changed, KEY, tuned), {**expected, "vector_pairs": 32})
 
     def test_out_of_range_knob(self):
         doc = tuned_doc()

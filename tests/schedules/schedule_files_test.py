@@ -440,5 +440,17 @@ class DefaultFilesTest(unittest.TestCase):
                 self.assertEqual(set(params), gpu_knobs if path.stem.startswith("cuda-") else cpu_knobs, path)
 
 
+    def test_every_committed_tuned_file_resolves_every_kernel(self):
+        files = sorted((REPO / "schedules" / "tuned").glob("*/*.json"))
+        self.assertTrue(files)
+        for path in files:
+            family = path.parent.name
+            meta = json.loads(path.read_text())["meta"]["tuned"]
+            tuned = rk.load_tuned_file(path, family, meta["halide"], meta["ropegen"])
+            entries = rk.load_schedule_file(REPO / "schedules" / f"{family}.json", family)
+            for values in itertools.product(*rk.MATCH_KEYS.values()):
+                rk.resolve(entries, dict(zip(rk.MATCH_KEYS, values)), tuned)
+
+
 if __name__ == "__main__":
     unittest.main()

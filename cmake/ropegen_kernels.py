@@ -17,8 +17,8 @@ With --tuned-machine, a family's tuned file <tuned-dir>/<family>/<machine>.json 
 validated as strictly and refused when stale) adds one entry per kernel it tuned, overlaid last:
 the knobs the tuner changed from the defaults it tuned against (a later change of a default
 reaches the others).
-The same validation (load_schedule_file, load_tuned_file) and the machine's name (host_machine)
-are importable for tools such as the autotuner.
+The same validation (load_schedule_file, load_tuned_file, or read_tuned_file and stale_reason
+apart) and the machine's name (host_machine) are importable for tools such as the autotuner.
 """
 import argparse
 import itertools
@@ -220,43 +220,59 @@ def load_tuned_file(path, target, halide_version, ropegen_version):
 def _load_tuned(path, target, halide_version, ropegen_version):
     """load_tuned_file, returning meta.tuned too."""
     try:
-        doc, entries = _load_entries(path, target, tuned=True)
-        _check_keys(f"{path}: meta", doc["meta"], ("tuned",))
-        tuned = doc["meta"]["tuned"]
-        where = f"{path}: meta.tuned"
-        _check_keys(where, tuned, TUNED_META_KEYS)
-        for key in TUNED_META_KEYS:
-            if not isinstance(tuned[key], str) or not tuned[key]:
-                raise ScheduleError(f"{where}.{key}: {json.dumps(tuned[key])} must be a non-empty string")
-        for key, pattern, rule in (("machine", SLUG, "lower-case letters, digits and single inner '-'"),
-                                   ("halide", VERSION, "a version X.Y.Z"), ("ropegen", VERSION, "a version X.Y.Z"),
-                                   ("date", DATE, "a date YYYY-MM-DD")):
-            if not pattern.fullmatch(tuned[key]):
-                raise ScheduleError(f"{where}.{key}: {json.dumps(tuned[key])} must be {rule}")
-        if tuned["method"] != "measured" and not tuned["method"].startswith("modelled"):
-            raise ScheduleError(f"{where}.method: {json.dumps(tuned['method'])} must be \"measured\" or start with \"modelled\"")
-        if tuned["machine"] != path.stem:
-            raise ScheduleError(f"{where}.machine: {json.dumps(tuned['machine'])} must be the file's name, \"{path.stem}\"")
-        if path.parent.name != target:
-            raise ScheduleError(f"{path}: its directory \"{path.parent.name}\" must be named after its target, \"{target}\"")
-        first = {}
-        for index, (entry_where, match, params) in enumerate(entries):
-            for message in rule_violations(match, params).values():
-                raise ScheduleError(f"{entry_where}.params: {message}")
-            key = tuple(match[k] for k in MATCH_KEYS)
-            if key in first:
-                raise ScheduleError(f"{entry_where}.match: {json.dumps(match)} is also the match of kernels[{first[key]}]; "
-                                    "a tuned file has one entry per kernel")
-            first[key] = index
-        if tuned["halide"] != halide_version:
-            raise ScheduleError(f"{path}: stale: tuned with Halide {tuned['halide']}, this build uses Halide {halide_version}")
-        if tuned["ropegen"].split(".")[:2] != ropegen_version.split(".")[:2]:
-            raise ScheduleError(f"{path}: stale: tuned with ropegen {tuned['ropegen']}, this is ropegen {ropegen_version} "
-                                "(another major.minor)")
+        tuned, entries = read_tuned_file(path, target)
+        stale = stale_reason(tuned, halide_version, ropegen_version)
+        if stale:
+            raise ScheduleError(f"{path}: stale: {stale}")
     except ScheduleError as err:
         raise ScheduleError(f"{err}. A stale or malformed tuned file: retune with `python3 bench/tune/rope_tune.py --target "
                             f"{target}` or configure with -DROPEGEN_TUNED_MACHINE=none") from None
     return tuned, entries
+
+
+def read_tuned_file(path, target):
+    """Parses and validates one tuned file, whatever its versions: (meta.tuned, entries). The
+    autotuner reads a file it replaces this way: a malformed one is an error, a stale one is not."""
+    path = pathlib.Path(path)
+    doc, entries = _load_entries(path, target, tuned=True)
+    _check_keys(f"{path}: meta", doc["meta"], ("tuned",))
+    tuned = doc["meta"]["tuned"]
+    where = f"{path}: meta.tuned"
+    _check_keys(where, tuned, TUNED_META_KEYS)
+    for key in TUNED_META_KEYS:
+        if not isinstance(tuned[key], str) or not tuned[key]:
+            raise ScheduleError(f"{where}.{key}: {json.dumps(tuned[key])} must be a non-empty string")
+    for key, pattern, rule in (("machine", SLUG, "lower-case letters, digits and single inner '-'"),
+                               ("halide", VERSION, "a version X.Y.Z"), ("ropegen", VERSION, "a version X.Y.Z"),
+                               ("date", DATE, "a date YYYY-MM-DD")):
+        if not pattern.fullmatch(tuned[key]):
+            raise ScheduleError(f"{where}.{key}: {json.dumps(tuned[key])} must be {rule}")
+    if tuned["method"] != "measured" and not tuned["method"].startswith("modelled"):
+        raise ScheduleError(f"{where}.method: {json.dumps(tuned['method'])} must be \"measured\" or start with \"modelled\"")
+    if tuned["machine"] != path.stem:
+        raise ScheduleError(f"{where}.machine: {json.dumps(tuned['machine'])} must be the file's name, \"{path.stem}\"")
+    if path.parent.name != target:
+        raise ScheduleError(f"{path}: its directory \"{path.parent.name}\" must be named after its target, \"{target}\"")
+    first = {}
+    for index, (entry_where, match, params) in enumerate(entries):
+        for message in rule_violations(match, params).values():
+            raise ScheduleError(f"{entry_where}.params: {message}")
+        key = tuple(match[k] for k in MATCH_KEYS)
+        if key in first:
+            raise ScheduleError(f"{entry_where}.match: {json.dumps(match)} is also the match of kernels[{first[key]}]; "
+                                "a tuned file has one entry per kernel")
+        first[key] = index
+    return tuned, entries
+
+
+def stale_reason(tuned, halide_version, ropegen_version):
+    """Why a file tuned as meta.tuned `tuned` says is stale for this build (another Halide, or
+    another ropegen major.minor), or None."""
+    if tuned["halide"] != halide_version:
+        return f"tuned with Halide {tuned['halide']}, this build uses Halide {halide_version}"
+    if tuned["ropegen"].split(".")[:2] != ropegen_version.split(".")[:2]:
+        return f"tuned with ropegen {tuned['ropegen']}, this is ropegen {ropegen_version} (another major.minor)"
+    return None
 
 
 def host_machine(cpuinfo=None):

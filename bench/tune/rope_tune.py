@@ -548,12 +548,18 @@ def write_json(path, document):
     scratch.replace(path)
 
 
-def existing_results(path, family, halide, ropegen):
-    """The keys of a valid tuned file already at `path` (kept when this run tunes others) and the
-    commands that wrote it, in the order they ran."""
+def existing_results(path, family, halide, ropegen, log):
+    """The keys of a tuned file already at `path` (kept when this run tunes others) and the
+    commands that wrote it, in the order they ran. A malformed file is an error, never
+    overwritten silently; a stale one (another Halide or ropegen major.minor, whose schedules
+    other code judged) keeps nothing."""
     if not path.exists():
         return {}, []
-    rk.load_tuned_file(path, family, halide, ropegen)  # a bad file is an error, never overwritten silently
+    tuned, _ = rk.read_tuned_file(path, family)
+    stale = rk.stale_reason(tuned, halide, ropegen)
+    if stale:
+        log(f"rope_tune: {path} is stale ({stale}): tuning from nothing, none of its entries kept\n")
+        return {}, []
     document = json.loads(path.read_text())
     results = {key_id(entry["match"]): {"key": entry["match"], "params": entry["params"], "measured": entry["measured"]}
                for entry in document["kernels"]}
@@ -697,6 +703,12 @@ def main(argv=None):
                                   command, begin, end)
         return 0
 
+    # The file this run adds to, judged before any measuring.
+    try:
+        earlier_results, earlier_commands = existing_results(out, family, halide, ropegen, progress.write)
+    except rk.ScheduleError as err:
+        raise SystemExit(f"rope_tune: {err}; the tuner does not overwrite a malformed file: fix or remove it")
+
     # Resume: the state of an interrupted run of the same search (keys, tools, Halide).
     state_path = build / "tune" / family / f"{machine['slug']}.state.json"
     # What decides the results: the budget and --fresh do not, so a rerun may change them.
@@ -741,7 +753,6 @@ def main(argv=None):
         progress.key_done(time.monotonic() - started)
     progress.show("done\n" if progress.done == len(keys) else "budget spent\n")
 
-    earlier_results, earlier_commands = existing_results(out, family, halide, ropegen)
     merged = {**earlier_results, **results}
     meta = {"machine": machine["slug"], "cpu": machine["cpu"], "method": bench.method, "halide": halide,
             "ropegen": ropegen, "date": datetime.date.today().isoformat(),

@@ -215,7 +215,7 @@ class FileTest(unittest.TestCase):
             self.assertEqual(rt.canonical(rk.resolve(defaults, KEY, entries)), tuned)
             self.assertEqual(rt.canonical(rk.resolve(defaults, other, entries)), default)
             # A later run keeps the keys it does not tune.
-            kept, commands = rt.existing_results(path, FAMILY, "21.0.0", "0.1.0")
+            kept, commands = rt.existing_results(path, FAMILY, "21.0.0", "0.1.0", print)
             self.assertEqual(set(kept), set(results))
             self.assertEqual(commands, [self.META["command"]])
 
@@ -240,7 +240,7 @@ class FileTest(unittest.TestCase):
             path.parent.mkdir()
             path.write_text("{ not json")
             with self.assertRaises(rk.ScheduleError):
-                rt.existing_results(path, FAMILY, "21.0.0", "0.1.0")
+                rt.existing_results(path, FAMILY, "21.0.0", "0.1.0", print)
             self.assertEqual(path.read_text(), "{ not json")
 
 
@@ -287,6 +287,40 @@ class ResumeTest(unittest.TestCase):
             # The knobs the search changed, nothing it kept.
             self.assertEqual(document["kernels"][0]["params"], rt.changed_params(default_params(), best_params(default_params())))
             self.assertNotIn("cos_sin_at", document["kernels"][0]["params"])
+
+    def test_a_stale_file_is_replaced_by_a_file_of_this_run(self):
+        with tempfile.TemporaryDirectory() as tmp, \
+                mock.patch.object(rt, "Workbench", FakeWorkbench), mock.patch("sys.stdout"), \
+                mock.patch.object(rt.Progress, "write", autospec=True) as write:
+            common = ["--target", FAMILY, "--build", tmp, "--out-dir", tmp, "--fresh"]
+            out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
+            for halide, style in (("20.0.0", "half|interleaved"), ("21.0.0", "interleaved")):
+                FakeWorkbench.measured_keys, FakeWorkbench.interrupt_after = [], None
+                with mock.patch.object(rt, "versions", lambda build, halide=halide: (halide, "0.1.0")):
+                    self.assertEqual(rt.main(common + ["--keys", f"head_dim=128,dtype=bf16,source=cache,style={style}"]), 0)
+            document = json.loads(out.read_text())
+            self.assertEqual(document["meta"]["tuned"]["halide"], "21.0.0")
+            # Nothing kept from the stale file: its half-style entry and its command are gone.
+            self.assertEqual([e["match"]["style"] for e in document["kernels"]], ["interleaved"])
+            self.assertNotIn("&&", document["meta"]["tuned"]["command"])
+            reported = "".join(call.args[1] for call in write.call_args_list)
+            self.assertIn(f"{out} is stale (tuned with Halide 20.0.0, this build uses Halide 21.0.0)", reported)
+
+    def test_a_malformed_file_is_an_error_before_any_measuring(self):
+        with tempfile.TemporaryDirectory() as tmp, \
+                mock.patch.object(rt, "Workbench", FakeWorkbench), \
+                mock.patch.object(rt, "versions", lambda build: ("21.0.0", "0.1.0")):
+            out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
+            out.parent.mkdir()
+            out.write_text('{"format": "ropegen-schedule"}')
+            FakeWorkbench.measured_keys, FakeWorkbench.interrupt_after = [], None
+            with self.assertRaises(SystemExit) as caught:
+                rt.main(["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache", "--build", tmp,
+                         "--out-dir", tmp, "--fresh"])
+            self.assertIn(f"{out}: missing key(s)", str(caught.exception))
+            self.assertIn("does not overwrite a malformed file", str(caught.exception))
+            self.assertEqual(FakeWorkbench.measured_keys, [])
+            self.assertEqual(out.read_text(), '{"format": "ropegen-schedule"}')
 
     def test_compare_writes_its_machines_readme_section_only(self):
         with tempfile.TemporaryDirectory() as tmp, \

@@ -4,6 +4,7 @@
 synthetic measurements whose best schedule is known; the file tests write a tuned file and read
 it back through the build's own loader (cmake/ropegen_kernels.py). tune.Run (CMakeLists.txt)
 runs the real tool, candidates built and timed, on one key."""
+import collections
 import json
 import pathlib
 import sys
@@ -246,8 +247,8 @@ class FileTest(unittest.TestCase):
 
 class FakeWorkbench(rt.Workbench):
     """Stands in for the build tree in the resume test: synthetic timings, an interruption."""
-    interrupt_after = None
-    measured_keys = []
+    interrupt_after = None  # keys measured before a KeyboardInterrupt
+    measure_calls = collections.Counter()  # per key id, in the order first measured
     broken = ()  # candidates that fail their check
 
     def __init__(self, build, family, isa, jobs, log):
@@ -258,10 +259,10 @@ class FakeWorkbench(rt.Workbench):
         return {"slug": "test-machine", "cpu": "a test CPU"}
 
     def measure(self, key, pool, reps):
-        if rt.key_id(key) not in FakeWorkbench.measured_keys:
-            if len(FakeWorkbench.measured_keys) == FakeWorkbench.interrupt_after:
-                raise KeyboardInterrupt
-            FakeWorkbench.measured_keys.append(rt.key_id(key))
+        calls = FakeWorkbench.measure_calls
+        if rt.key_id(key) not in calls and len(calls) == FakeWorkbench.interrupt_after:
+            raise KeyboardInterrupt
+        calls[rt.key_id(key)] += 1
         return self.landscape.measure(pool, reps, "")
 
 
@@ -272,14 +273,15 @@ class ResumeTest(unittest.TestCase):
                 mock.patch.object(rt, "versions", lambda build: ("21.0.0", "0.1.0")):
             argv = ["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache", "--build", tmp,
                     "--out-dir", tmp]
-            FakeWorkbench.measured_keys, FakeWorkbench.interrupt_after = [], 1
+            FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), 1
             with self.assertRaises(KeyboardInterrupt):
                 rt.main(argv)
-            self.assertEqual(FakeWorkbench.measured_keys, ["half/cache/d128/bf16"])
-            FakeWorkbench.interrupt_after = None
+            self.assertEqual(list(FakeWorkbench.measure_calls), ["half/cache/d128/bf16"])
+            FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
             with mock.patch("sys.stdout"):  # another budget: still the same search, resumed
                 self.assertEqual(rt.main(argv + ["--budget", "1000"]), 0)
-            self.assertEqual(FakeWorkbench.measured_keys, ["half/cache/d128/bf16", "interleaved/cache/d128/bf16"])
+            # The finished key is not measured again; the interrupted one is, from its start.
+            self.assertEqual(list(FakeWorkbench.measure_calls), ["interleaved/cache/d128/bf16"])
             out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
             document = json.loads(out.read_text())
             self.assertEqual([e["match"]["style"] for e in document["kernels"]], ["half", "interleaved"])
@@ -295,7 +297,7 @@ class ResumeTest(unittest.TestCase):
             common = ["--target", FAMILY, "--build", tmp, "--out-dir", tmp, "--fresh"]
             out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
             for halide, style in (("20.0.0", "half|interleaved"), ("21.0.0", "interleaved")):
-                FakeWorkbench.measured_keys, FakeWorkbench.interrupt_after = [], None
+                FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
                 with mock.patch.object(rt, "versions", lambda build, halide=halide: (halide, "0.1.0")):
                     self.assertEqual(rt.main(common + ["--keys", f"head_dim=128,dtype=bf16,source=cache,style={style}"]), 0)
             document = json.loads(out.read_text())
@@ -313,13 +315,13 @@ class ResumeTest(unittest.TestCase):
             out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
             out.parent.mkdir()
             out.write_text('{"format": "ropegen-schedule"}')
-            FakeWorkbench.measured_keys, FakeWorkbench.interrupt_after = [], None
+            FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
             with self.assertRaises(SystemExit) as caught:
                 rt.main(["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache", "--build", tmp,
                          "--out-dir", tmp, "--fresh"])
             self.assertIn(f"{out}: missing key(s)", str(caught.exception))
             self.assertIn("does not overwrite a malformed file", str(caught.exception))
-            self.assertEqual(FakeWorkbench.measured_keys, [])
+            self.assertEqual(FakeWorkbench.measure_calls, {})
             self.assertEqual(out.read_text(), '{"format": "ropegen-schedule"}')
 
     def test_compare_writes_its_machines_readme_section_only(self):
@@ -329,7 +331,7 @@ class ResumeTest(unittest.TestCase):
                 mock.patch("sys.stdout"):
             argv = ["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache,style=half", "--build", tmp,
                     "--out-dir", tmp]
-            FakeWorkbench.measured_keys, FakeWorkbench.interrupt_after = [], None
+            FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
             self.assertEqual(rt.main(argv + ["--fresh"]), 0)
             readme = pathlib.Path(tmp) / "README.md"
             sections = {slug: (f"<!-- tune:{FAMILY}/{slug}:begin -->", f"<!-- tune:{FAMILY}/{slug}:end -->")
@@ -358,7 +360,7 @@ class ResumeTest(unittest.TestCase):
             expected = [first, f"{first} && {second}", f"{second} && {third}"]
             out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
             for run, command in zip(runs, expected):
-                FakeWorkbench.measured_keys, FakeWorkbench.interrupt_after = [], None
+                FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
                 self.assertEqual(rt.main(common + run), 0)
                 self.assertEqual(json.loads(out.read_text())["meta"]["tuned"]["command"], command)
 
@@ -369,7 +371,7 @@ class ResumeTest(unittest.TestCase):
                 mock.patch("sys.stdout") as stdout, mock.patch("sys.stderr") as stderr:
             argv = ["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache,style=half", "--build", tmp,
                     "--out-dir", tmp]
-            FakeWorkbench.measured_keys, FakeWorkbench.interrupt_after = [], None
+            FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
             self.assertEqual(rt.main(argv + ["--fresh"]), 0)
             readme = pathlib.Path(tmp) / "README.md"
             readme.write_text("untouched\n")

@@ -22,6 +22,8 @@ Search, per key (staged, so a budget of minutes finds what the full sweep finds)
      candidate a few repetitions, the best third again with more;
   2. the layout knobs (tokens_per_task, head_loop) with the best core, every layout group at
      once (each candidate sets all four groups alike, each group is judged on its own shapes);
+     with a root cos/sin table (computed sources), strided.tokens_per_task is held meanwhile
+     and then chosen alone on every shape: it also tiles that table, which every layout reads;
   3. a confirmation: default against tuned, more repetitions; the tuned knobs are kept only if
      they beat the default, so a tuned file is never slower than the defaults it replaces.
 --full-sweep times every combination instead (for a few keys: it shows what the staged search
@@ -259,22 +261,18 @@ def staged_search(default, key, isa, measure, out_of_budget, judges=MEASURED_KNO
     ranked = _ranked(pool, measure(pool, REPS_SCREEN, "core knobs"))
     finalists = ranked[:max(3, len(ranked) // 3)]
     best = _ranked(finalists, measure(finalists, REPS_FINAL, "core finalists"))[0]
-    # 2. Layout knobs with the best core, every group at once.
+    # 2. Layout knobs with the best core.
     if "layouts" in judges and not out_of_budget():
-        pool = [with_layouts(best, knobs) for knobs in layout_candidates()]
-        best, _ = _best_per_layout(best, pool, measure(pool, REPS_LAYOUTS, "layout knobs"))
+        best, _ = _layout_stage(best, measure, "layout knobs")
     # 3. Confirmation.
     return confirm(default, [best], measure)
 
 
 def full_sweep(default, key, isa, measure):
     """Every combination of the (pruned) core grid and the layout grid; returns the best params."""
-    layouts = layout_candidates()
     best, best_score = None, -1.0
     for core in core_candidates(key, isa, default):
-        base = with_core(default, core)
-        pool = [with_layouts(base, knobs) for knobs in layouts]
-        composed, score = _best_per_layout(base, pool, measure(pool, REPS_LAYOUTS, f"full sweep of {json.dumps(core)}"))
+        composed, score = _layout_stage(with_core(default, core), measure, f"full sweep of {json.dumps(core)}")
         if score > best_score:
             best, best_score = composed, score
     return best
@@ -302,6 +300,31 @@ def confirm(default, contenders, measure):
 def _ranked(pool, measurements):
     scored = [(m.score(), i) for i, m in enumerate(measurements) if m is not None]
     return [pool[i] for _, i in sorted(scored, key=lambda item: (-item[0], item[1]))]
+
+
+def _layout_stage(base, measure, stage):
+    """The layout knobs for `base` and their score: every group at once, each judged on its own
+    shapes. A root cos/sin table (computed sources) couples the groups: its parallel tiles are
+    strided.tokens_per_task tokens whatever the layout (generators/rope_schedule.cpp,
+    schedule_shared_cos_sin). So the first pass holds that knob at base's value, and a second
+    judges it alone on every shape: the strided shapes alone do not see what it costs the others."""
+    root = base["cos_sin_at"] == "root"
+
+    def with_strided_tokens(params, tokens):
+        params = canonical(params)
+        params["layouts"]["strided"]["tokens_per_task"] = tokens
+        return params
+
+    pool = [with_layouts(base, knobs) for knobs in layout_candidates()]
+    if root:
+        pool = [with_strided_tokens(params, base["layouts"]["strided"]["tokens_per_task"]) for params in pool]
+    best, score = _best_per_layout(base, pool, measure(pool, REPS_LAYOUTS, stage))
+    if not root:
+        return best, score
+    pool = [with_strided_tokens(best, tokens) for tokens in LAYOUT_SPACE["tokens_per_task"]]
+    measurements = measure(pool, REPS_LAYOUTS, f"{stage}, root table tiles")
+    score, winner = max((m.score(), -i) for i, m in enumerate(measurements) if m is not None)
+    return pool[-winner], score
 
 
 def _best_per_layout(base, pool, measurements):

@@ -22,20 +22,23 @@ SHAPES = {"decode_bshd": "bshd", "prefill_bshd": "bshd", "prefill_bhsd": "bhsd",
           "decode_strided": "strided"}
 
 
-def default_params():
-    return rt.canonical(rk.resolve(rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY), KEY))
+def default_params(key=KEY):
+    return rt.canonical(rk.resolve(rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY), key))
 
 
 class Landscape:
     """Synthetic timings: a candidate's speed on a shape is a product of one factor per knob, the
-    layout knobs counting only on their own group's shapes, so the best schedule is known."""
+    layout knobs counting only on their own group's shapes, so the best schedule is known. With
+    root_tile, a root cos/sin table tiled by that strided.tokens_per_task also speeds up the
+    other layouts' shapes (the generator tiles the table by it)."""
 
     BEST_CORE = {"vector_pairs": 32, "unroll_pairs": 2, "cos_sin_at": "inline", "store_order": "pair_vectors"}
     BEST_LAYOUT = {"bshd": (4, "inside_tokens"), "bhsd": (32, "outside_tokens"), "sbhd": (2, "inside_tokens"),
                    "strided": (1, "outside_tokens")}
 
-    def __init__(self, broken=()):
+    def __init__(self, broken=(), root_tile=None):
         self.broken = [rt.canonical(p) for p in broken]
+        self.root_tile = root_tile
         self.calls = []
 
     def speed(self, params, layout):
@@ -46,6 +49,8 @@ class Landscape:
         knobs = params["layouts"][layout]
         speed *= 1.0 if knobs["tokens_per_task"] == tokens else 0.95
         speed *= 1.0 if knobs["head_loop"] == loop else 0.97
+        if self.root_tile and params["cos_sin_at"] == "root" and layout != "strided":
+            speed *= 1.0 if params["layouts"]["strided"]["tokens_per_task"] == self.root_tile else 0.9
         return speed
 
     def measure(self, pool, reps, stage):
@@ -82,6 +87,20 @@ class SearchTest(unittest.TestCase):
         self.assertGreater(tuned_m.score(), default_m.score())
         # The point of staging: a fraction of the candidates.
         self.assertLess(staged_calls * 3, sweep_calls, f"staged {staged_calls} vs full sweep {sweep_calls}")
+
+    def test_strided_tokens_per_task_is_judged_on_every_shape_with_a_root_table(self):
+        key = {**KEY, "source": "compat"}  # a root cos/sin table
+        default = default_params(key)
+        landscape = Landscape(root_tile=64)
+        for tuned in (rt.full_sweep(default, key, ISA, landscape.measure),
+                      rt.staged_search(default, key, ISA, landscape.measure, lambda: False)[0]):
+            # Not 1, the best of the strided shapes alone.
+            self.assertEqual(tuned["layouts"]["strided"], {"tokens_per_task": 64, "head_loop": "outside_tokens"})
+            self.assertEqual(tuned["layouts"]["bshd"], {"tokens_per_task": 4, "head_loop": "inside_tokens"})
+        # Without a root table (the cache source) the strided group is judged on its shapes only.
+        landscape.calls.clear()
+        rt.staged_search(default_params(), KEY, ISA, landscape.measure, lambda: False)
+        self.assertFalse([stage for _, _, stage in landscape.calls if "root table" in stage])
 
     def test_a_candidate_failing_its_check_is_never_chosen(self):
         default = default_params()

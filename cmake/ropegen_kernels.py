@@ -171,6 +171,8 @@ def _load_entries(path, target, tuned):
     for index, entry in enumerate(doc["kernels"]):
         where = f"{path}: kernels[{index}]"
         _check_keys(where, entry, ("match", "params"), ("measured", "note"))
+        if not isinstance(entry.get("note", ""), str):
+            raise ScheduleError(f"{where}.note: {json.dumps(entry['note'])} must be a string")
         match = entry["match"]
         _check_keys(f"{where}.match", match, tuple(MATCH_KEYS))
         for key, allowed in MATCH_KEYS.items():

@@ -274,6 +274,9 @@ class DefaultFileRulesTest(unittest.TestCase):
         self.doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())
         self.doc["kernels"][0]["params"]["layouts"]["bshd"]["tokens_per_task"] = 8.0
         self.assert_rejected(self.write(), "kernels[0].params.layouts.bshd.tokens_per_task: 8.0 must be an integer")
+        self.doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())
+        self.doc["kernels"][1]["note"] = ["a list"]
+        self.assert_rejected(self.write(), 'kernels[1].note: ["a list"] must be a string')
 
     def test_conflicts_anywhere_in_the_key_grid(self):
         # Equally specific, both set vector_pairs, and both match only the interleaved f16 kernels.

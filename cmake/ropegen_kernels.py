@@ -14,11 +14,14 @@ error that names the file, the entry and the rule, never a silent default), and 
                ropegen-info: ROPE_SCHEDULE_FAMILY(family, default file, tuned file, provenance)
                per family and ROPE_KERNEL_SCHEDULE(name, family, entries, params) per kernel.
 With --tuned-machine, a family's tuned file <tuned-dir>/<family>/<machine>.json (the autotuner's,
-validated as strictly and refused when stale) adds one complete entry per kernel it tuned.
-The same validation (load_schedule_file, load_tuned_file) and the machine's name (host_machine)
-are importable for tools such as the autotuner.
+validated as strictly and refused when stale) adds one entry per kernel it tuned, overlaid last:
+the knobs the tuner changed from the defaults it tuned against (a later change of a default
+reaches the others).
+The same validation (load_schedule_file, load_tuned_file, or read_tuned_file and stale_reason
+apart) and the machine's name (host_machine) are importable for tools such as the autotuner.
 """
 import argparse
+import itertools
 import json
 import pathlib
 import re
@@ -70,6 +73,8 @@ INTERLEAVED_ROTATIONS = ("deinterleave", "swap")
 CPU_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "cos_sin_vectors", "store_order", "interleaved_rotation", "layouts")
 GPU_KNOBS = ("vector_pairs", "gpu")
 GPU_GROUP_KNOBS = ("threads_per_block", "pair_threads", "tokens_per_block")
+# Static shared memory a CUDA block may use: a block's cos/sin table must fit in it.
+CUDA_STATIC_SHARED_BYTES = 48 * 1024
 # A tuned file's provenance (meta.tuned): all strings.
 TUNED_META_KEYS = ("machine", "cpu", "method", "halide", "ropegen", "date", "command")
 SLUG = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")  # a machine's name: a tuned file's stem
@@ -100,7 +105,8 @@ def _check_int(where, value, low, high, power_of_two=False):
 
 
 def _check_choice(where, value, choices):
-    if value not in choices:
+    # The type too: Python's equality takes false for 0 and 128.0 for 128.
+    if not any(type(value) is type(choice) and value == choice for choice in choices):
         raise ScheduleError(f"{where}: {json.dumps(value)} must be one of {list(choices)}")
 
 
@@ -143,17 +149,19 @@ def _check_params(where, params, complete, gpu):
 def _load_entries(path, target, tuned):
     """The checks of every schedule file: JSON, format, version, target, and each entry's keys,
     match values and knobs. A default file's all-"*" entry sets every knob; in a tuned file every
-    entry names one kernel (no "*") and sets every knob, and meta is required. Returns the document
-    and its (where, match, params) entries."""
+    entry names one kernel (no "*") and sets only the knobs the tuner changed, and meta is
+    required. Returns the document and its (where, match, params) entries."""
     try:
-        doc = json.loads(pathlib.Path(path).read_text())
+        doc = json.loads(pathlib.Path(path).read_text(), object_pairs_hook=_unique_keys)
     except (OSError, json.JSONDecodeError) as err:
         raise ScheduleError(f"{path}: cannot read a JSON schedule file: {err}")
+    except ScheduleError as err:
+        raise ScheduleError(f"{path}: {err}")
     top = ("format", "version", "target", "kernels")
     _check_keys(str(path), doc, top + ("meta",) if tuned else top, () if tuned else ("meta",))
     if doc["format"] != SCHEDULE_FORMAT:
         raise ScheduleError(f"{path}: format {json.dumps(doc['format'])} must be \"{SCHEDULE_FORMAT}\"")
-    if doc["version"] != SCHEDULE_VERSION:
+    if type(doc["version"]) is not int or doc["version"] != SCHEDULE_VERSION:
         raise ScheduleError(f"{path}: version {json.dumps(doc['version'])} is not supported (expected {SCHEDULE_VERSION})")
     if doc["target"] != target:
         raise ScheduleError(f"{path}: target {json.dumps(doc['target'])} must be \"{target}\"")
@@ -163,6 +171,8 @@ def _load_entries(path, target, tuned):
     for index, entry in enumerate(doc["kernels"]):
         where = f"{path}: kernels[{index}]"
         _check_keys(where, entry, ("match", "params"), ("measured", "note"))
+        if not isinstance(entry.get("note", ""), str):
+            raise ScheduleError(f"{where}.note: {json.dumps(entry['note'])} must be a string")
         match = entry["match"]
         _check_keys(f"{where}.match", match, tuple(MATCH_KEYS))
         for key, allowed in MATCH_KEYS.items():
@@ -171,68 +181,100 @@ def _load_entries(path, target, tuned):
                                     "(each entry names one kernel)")
             if match[key] != "*":
                 _check_choice(f"{where}.match.{key}", match[key], allowed)
-        complete = tuned or all(value == "*" for value in match.values())
+        complete = all(value == "*" for value in match.values())
         _check_params(f"{where}.params", entry["params"], complete=complete, gpu=target.startswith("cuda-"))
         entries.append((where, match, entry["params"]))
     return doc, entries
 
 
+def _unique_keys(pairs):
+    """json.loads's object_pairs_hook: it would keep a repeated key's last value and drop the
+    others unseen."""
+    obj = {}
+    for name, value in pairs:
+        if name in obj:
+            raise ScheduleError(f"duplicate key {json.dumps(name)}: each key may appear once per object")
+        obj[name] = value
+    return obj
+
+
 def load_schedule_file(path, target):
-    """Parses and validates one default schedule file; returns its list of (where, match, params) entries."""
+    """Parses and validates one default schedule file; returns its list of (where, match, params)
+    entries. Every kernel of the family's key grid is resolved, not only those a build asks for,
+    so that whether a file is valid does not depend on ROPEGEN_DTYPES or ROPEGEN_HEAD_DIMS."""
     _, entries = _load_entries(path, target, tuned=False)
     defaults = [e for e in entries if all(v == "*" for v in e[1].values())]
     if len(defaults) != 1:
         raise ScheduleError(f"{path}: needs exactly one entry whose match is all \"*\" (the complete default), found {len(defaults)}")
+    for values in itertools.product(*MATCH_KEYS.values()):
+        resolve(entries, dict(zip(MATCH_KEYS, values)))
     return entries
 
 
 def load_tuned_file(path, target, halide_version, ropegen_version):
     """Parses and validates one tuned file, <tuned-dir>/<target>/<machine>.json; returns its list of
-    (where, match, params) entries, to be added to the default file's (they match one kernel each,
-    so they win). A stale file (made with another Halide, or another ropegen major.minor) is an
-    error like a malformed one, and every error says how to retune."""
+    (where, match, params) entries, resolve()'s `tuned` (they match one kernel each and win over
+    every default entry). A stale file (made with another Halide, or another ropegen major.minor)
+    is an error like a malformed one, and every error says how to retune."""
     return _load_tuned(pathlib.Path(path), target, halide_version, ropegen_version)[1]
 
 
 def _load_tuned(path, target, halide_version, ropegen_version):
     """load_tuned_file, returning meta.tuned too."""
     try:
-        doc, entries = _load_entries(path, target, tuned=True)
-        _check_keys(f"{path}: meta", doc["meta"], ("tuned",))
-        tuned = doc["meta"]["tuned"]
-        where = f"{path}: meta.tuned"
-        _check_keys(where, tuned, TUNED_META_KEYS)
-        for key in TUNED_META_KEYS:
-            if not isinstance(tuned[key], str) or not tuned[key]:
-                raise ScheduleError(f"{where}.{key}: {json.dumps(tuned[key])} must be a non-empty string")
-        for key, pattern, rule in (("machine", SLUG, "lower-case letters, digits and single inner '-'"),
-                                   ("halide", VERSION, "a version X.Y.Z"), ("ropegen", VERSION, "a version X.Y.Z"),
-                                   ("date", DATE, "a date YYYY-MM-DD")):
-            if not pattern.fullmatch(tuned[key]):
-                raise ScheduleError(f"{where}.{key}: {json.dumps(tuned[key])} must be {rule}")
-        if tuned["method"] != "measured" and not tuned["method"].startswith("modelled"):
-            raise ScheduleError(f"{where}.method: {json.dumps(tuned['method'])} must be \"measured\" or start with \"modelled\"")
-        if tuned["machine"] != path.stem:
-            raise ScheduleError(f"{where}.machine: {json.dumps(tuned['machine'])} must be the file's name, \"{path.stem}\"")
-        if path.parent.name != target:
-            raise ScheduleError(f"{path}: its directory \"{path.parent.name}\" must be named after its target, \"{target}\"")
-        first = {}
-        for index, (entry_where, match, params) in enumerate(entries):
-            check_cos_sin_placement(f"{entry_where}.params", match, params)
-            key = tuple(match[k] for k in MATCH_KEYS)
-            if key in first:
-                raise ScheduleError(f"{entry_where}.match: {json.dumps(match)} is also the match of kernels[{first[key]}]; "
-                                    "a tuned file has one entry per kernel")
-            first[key] = index
-        if tuned["halide"] != halide_version:
-            raise ScheduleError(f"{path}: stale: tuned with Halide {tuned['halide']}, this build uses Halide {halide_version}")
-        if tuned["ropegen"].split(".")[:2] != ropegen_version.split(".")[:2]:
-            raise ScheduleError(f"{path}: stale: tuned with ropegen {tuned['ropegen']}, this is ropegen {ropegen_version} "
-                                "(another major.minor)")
+        tuned, entries = read_tuned_file(path, target)
+        stale = stale_reason(tuned, halide_version, ropegen_version)
+        if stale:
+            raise ScheduleError(f"{path}: stale: {stale}")
     except ScheduleError as err:
         raise ScheduleError(f"{err}. A stale or malformed tuned file: retune with `python3 bench/tune/rope_tune.py --target "
                             f"{target}` or configure with -DROPEGEN_TUNED_MACHINE=none") from None
     return tuned, entries
+
+
+def read_tuned_file(path, target):
+    """Parses and validates one tuned file, whatever its versions: (meta.tuned, entries). The
+    autotuner reads a file it replaces this way: a malformed one is an error, a stale one is not."""
+    path = pathlib.Path(path)
+    doc, entries = _load_entries(path, target, tuned=True)
+    _check_keys(f"{path}: meta", doc["meta"], ("tuned",))
+    tuned = doc["meta"]["tuned"]
+    where = f"{path}: meta.tuned"
+    _check_keys(where, tuned, TUNED_META_KEYS)
+    for key in TUNED_META_KEYS:
+        if not isinstance(tuned[key], str) or not tuned[key]:
+            raise ScheduleError(f"{where}.{key}: {json.dumps(tuned[key])} must be a non-empty string")
+    for key, pattern, rule in (("machine", SLUG, "lower-case letters, digits and single inner '-'"),
+                               ("halide", VERSION, "a version X.Y.Z"), ("ropegen", VERSION, "a version X.Y.Z"),
+                               ("date", DATE, "a date YYYY-MM-DD")):
+        if not pattern.fullmatch(tuned[key]):
+            raise ScheduleError(f"{where}.{key}: {json.dumps(tuned[key])} must be {rule}")
+    if tuned["method"] != "measured" and not tuned["method"].startswith("modelled"):
+        raise ScheduleError(f"{where}.method: {json.dumps(tuned['method'])} must be \"measured\" or start with \"modelled\"")
+    if tuned["machine"] != path.stem:
+        raise ScheduleError(f"{where}.machine: {json.dumps(tuned['machine'])} must be the file's name, \"{path.stem}\"")
+    if path.parent.name != target:
+        raise ScheduleError(f"{path}: its directory \"{path.parent.name}\" must be named after its target, \"{target}\"")
+    first = {}
+    for index, (entry_where, match, params) in enumerate(entries):
+        for message in rule_violations(match, params).values():
+            raise ScheduleError(f"{entry_where}.params: {message}")
+        key = tuple(match[k] for k in MATCH_KEYS)
+        if key in first:
+            raise ScheduleError(f"{entry_where}.match: {json.dumps(match)} is also the match of kernels[{first[key]}]; "
+                                "a tuned file has one entry per kernel")
+        first[key] = index
+    return tuned, entries
+
+
+def stale_reason(tuned, halide_version, ropegen_version):
+    """Why a file tuned as meta.tuned `tuned` says is stale for this build (another Halide, or
+    another ropegen major.minor), or None."""
+    if tuned["halide"] != halide_version:
+        return f"tuned with Halide {tuned['halide']}, this build uses Halide {halide_version}"
+    if tuned["ropegen"].split(".")[:2] != ropegen_version.split(".")[:2]:
+        return f"tuned with ropegen {tuned['ropegen']}, this is ropegen {ropegen_version} (another major.minor)"
+    return None
 
 
 def host_machine(cpuinfo=None):
@@ -278,7 +320,7 @@ def _slug(text):
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def matching_entries(entries, key):
+def _matching(entries, key):
     """The (specificity, where, params) of the entries that match one kernel key, least specific first."""
     matching = []
     for where, match, params in entries:
@@ -288,9 +330,18 @@ def matching_entries(entries, key):
     return matching
 
 
-def resolve(entries, key):
-    """Parameters for one kernel key: the default, overlaid by matching entries, least specific first."""
-    matching = matching_entries(entries, key)
+def matching_entries(entries, key, tuned=()):
+    """The (where, params) of the entries that match one kernel key, in the order resolve()
+    overlays them: the default file's `entries`, least specific first, then the tuned file's."""
+    return [(where, params) for _, where, params in _matching(entries, key) + _matching(tuned, key)]
+
+
+def resolve(entries, key, tuned=()):
+    """Parameters for one kernel key: the default file's `entries` overlaid least specific first,
+    then the key's entry of the tuned file (`tuned`), if any. The tuned layer is above every
+    default entry, a fully specific one included, so it is no party to the default file's rule
+    that equally specific entries set different knobs."""
+    matching = _matching(entries, key)
     for i, (spec_a, where_a, params_a) in enumerate(matching):
         for spec_b, where_b, params_b in matching[i + 1:]:
             shared = set(generator_params(_as_resolved(params_a))) & set(generator_params(_as_resolved(params_b)))
@@ -298,7 +349,8 @@ def resolve(entries, key):
                 raise ScheduleError(f"{where_a} and {where_b} both set {sorted(shared)} for kernel {key} and are equally "
                                     "specific; make one more specific")
     resolved = {"layouts": {}}
-    for _, _, params in matching:
+    layers = matching_entries(entries, key, tuned)
+    for _, params in layers:
         for name, value in params.items():
             if name == "layouts":
                 for layout, knobs in value.items():
@@ -307,22 +359,39 @@ def resolve(entries, key):
                 resolved.setdefault("gpu", {}).update(value)
             else:
                 resolved[name] = value
-    check_cos_sin_placement(f"kernel {key}", key, resolved)
+    for (group, knob), message in rule_violations(key, resolved).items():
+        setter = next(where for where, params in reversed(layers) if knob in (params.get(group, {}) if group else params))
+        raise ScheduleError(f"{setter}.params, for kernel {key}: {message}")
     return resolved
 
 
-def check_cos_sin_placement(where, key, params):
-    """The library's allocation guarantee: before a kernel runs, the dispatcher reserves exactly
-    the scratch of the computed sources' root tables (and nothing for the cache source), so that
-    a failed allocation is reported with no output written. A kernel must allocate nothing more:
-    the cache source reads its tables inline, the computed sources build them at root (`task`
-    tables would be allocated inside the parallel loop)."""
+def rule_violations(key, params):
+    """What in `params` (resolved, or one entry's) the kernel `key` may not have, as
+    {(group or None, knob): message}.
+    cos_sin_at: the library's allocation guarantee. Before a kernel runs, the dispatcher reserves
+    exactly the scratch of the computed sources' root tables (and nothing for the cache source),
+    so that a failed allocation is reported with no output written. A kernel must allocate
+    nothing more: the cache source reads its tables inline, the computed sources build them at
+    root (`task` tables would be allocated inside the parallel loop).
+    gpu.tokens_per_block: a CUDA block holds cos/sin of its tokens in static shared memory. The
+    any-head_dim kernel sizes its table at run time (a launch that does not fit fails, and the
+    call returns its status), so only fixed head_dim kernels are checked here."""
+    violations = {}
     placement = params.get("cos_sin_at")  # CPU families only
     allowed = "inline" if key["source"] == "cache" else "root"
     if placement is not None and placement != allowed:
-        raise ScheduleError(f"{where}: cos_sin_at {json.dumps(placement)} is not allowed for the {key['source']} source: "
-                            "a kernel may allocate nothing beyond the scratch the dispatcher reserves before it runs; "
-                            f"use {allowed}")
+        violations[None, "cos_sin_at"] = (
+            f"cos_sin_at {json.dumps(placement)} is not allowed for the {key['source']} source: a kernel may allocate "
+            f"nothing beyond the scratch the dispatcher reserves before it runs; use {allowed}")
+    tokens = params.get("gpu", {}).get("tokens_per_block")
+    pair_bytes = 8  # cos and sin, f32
+    if tokens is not None and key["head_dim"] and tokens * key["head_dim"] // 2 * pair_bytes > CUDA_STATIC_SHARED_BYTES:
+        violations["gpu", "tokens_per_block"] = (
+            f"gpu.tokens_per_block {tokens} is too many for head_dim {key['head_dim']}: a block's shared cos/sin table "
+            f"of {tokens} rows of {key['head_dim'] // 2} pairs x {pair_bytes} bytes would exceed the "
+            f"{CUDA_STATIC_SHARED_BYTES // 1024} KiB of static shared memory; at most "
+            f"{CUDA_STATIC_SHARED_BYTES // (key['head_dim'] // 2 * pair_bytes)}")
+    return violations
 
 
 def _as_resolved(params):
@@ -422,7 +491,7 @@ def main():
                           "// ROPE_KERNEL_SCHEDULE(name, family, the entries that set its knobs, its generator params)"]
         for level, family, halide_target, features, inc_line, list_name in levels:
             default_path = args.schedules / f"{family}.json"
-            entries = load_schedule_file(default_path, family)
+            entries, tuned_entries = load_schedule_file(default_path, family), []
             tuned_file, provenance = "", ""
             report = f"defaults ({unidentified})" if unidentified else "defaults (tuned schedules off)"
             if machine != "none":
@@ -431,7 +500,6 @@ def main():
                 report = f"defaults (no tuned file for {machine})"
                 if tuned_path.exists():
                     tuned, tuned_entries = _load_tuned(tuned_path, family, args.halide_version, args.ropegen_version)
-                    entries += tuned_entries
                     used.append(tuned_path)
                     report = f"tuned schedule {tuned_path} ({tuned['method']}, {tuned['date']})"
                     tuned_file, provenance = tuned_path, json.dumps(tuned, sort_keys=True)
@@ -443,9 +511,9 @@ def main():
                     for dtype in dtypes:
                         for source in SOURCES:
                             key = {"style": style, "head_dim": head_dim, "dtype": dtype, "source": source}
-                            params = generator_params(resolve(entries, key))
+                            params = generator_params(resolve(entries, key, tuned_entries))
                             name = kernel_name(level, style, head_dim, dtype, source)
-                            entries_used = "; ".join(where for _, where, _ in matching_entries(entries, key))
+                            entries_used = "; ".join(where for where, _ in matching_entries(entries, key, tuned_entries))
                             knobs = " ".join(f"{k}={v}" for k, v in params.items())
                             schedule_lines.append(f"ROPE_KERNEL_SCHEDULE({name}, {c_string(family)}, "
                                                   f"{c_string(entries_used)}, {c_string(knobs)})")

@@ -22,6 +22,8 @@ Search, per key (staged, so a budget of minutes finds what the full sweep finds)
      candidate a few repetitions, the best third again with more;
   2. the layout knobs (tokens_per_task, head_loop) with the best core, every layout group at
      once (each candidate sets all four groups alike, each group is judged on its own shapes);
+     with a root cos/sin table (computed sources), strided.tokens_per_task is held meanwhile
+     and then chosen alone on every shape: it also tiles that table, which every layout reads;
   3. a confirmation: default against tuned, more repetitions; the tuned knobs are kept only if
      they beat the default, so a tuned file is never slower than the defaults it replaces.
 --full-sweep times every combination instead (for a few keys: it shows what the staged search
@@ -164,9 +166,7 @@ def core_candidates(key, isa, default, judges=MEASURED_KNOBS):
             continue  # the interleaved style stores a pair's lanes together: the order means nothing
         if core["interleaved_rotation"] != default["interleaved_rotation"] and (key["style"] != "interleaved" or not key["head_dim"]):
             continue  # read by fixed head_dim kernels of the interleaved style only
-        try:
-            rk.check_cos_sin_placement("", key, core)
-        except rk.ScheduleError:
+        if rk.rule_violations(key, core):
             continue  # a placement the library does not allow for this key
         if any(knob not in judges and value != default[knob] for knob, value in core.items()):
             continue
@@ -261,22 +261,18 @@ def staged_search(default, key, isa, measure, out_of_budget, judges=MEASURED_KNO
     ranked = _ranked(pool, measure(pool, REPS_SCREEN, "core knobs"))
     finalists = ranked[:max(3, len(ranked) // 3)]
     best = _ranked(finalists, measure(finalists, REPS_FINAL, "core finalists"))[0]
-    # 2. Layout knobs with the best core, every group at once.
+    # 2. Layout knobs with the best core.
     if "layouts" in judges and not out_of_budget():
-        pool = [with_layouts(best, knobs) for knobs in layout_candidates()]
-        best, _ = _best_per_layout(best, pool, measure(pool, REPS_LAYOUTS, "layout knobs"))
+        best, _ = _layout_stage(best, measure, "layout knobs")
     # 3. Confirmation.
     return confirm(default, [best], measure)
 
 
 def full_sweep(default, key, isa, measure):
     """Every combination of the (pruned) core grid and the layout grid; returns the best params."""
-    layouts = layout_candidates()
     best, best_score = None, -1.0
     for core in core_candidates(key, isa, default):
-        base = with_core(default, core)
-        pool = [with_layouts(base, knobs) for knobs in layouts]
-        composed, score = _best_per_layout(base, pool, measure(pool, REPS_LAYOUTS, f"full sweep of {json.dumps(core)}"))
+        composed, score = _layout_stage(with_core(default, core), measure, f"full sweep of {json.dumps(core)}")
         if score > best_score:
             best, best_score = composed, score
     return best
@@ -304,6 +300,31 @@ def confirm(default, contenders, measure):
 def _ranked(pool, measurements):
     scored = [(m.score(), i) for i, m in enumerate(measurements) if m is not None]
     return [pool[i] for _, i in sorted(scored, key=lambda item: (-item[0], item[1]))]
+
+
+def _layout_stage(base, measure, stage):
+    """The layout knobs for `base` and their score: every group at once, each judged on its own
+    shapes. A root cos/sin table (computed sources) couples the groups: its parallel tiles are
+    strided.tokens_per_task tokens whatever the layout (generators/rope_schedule.cpp,
+    schedule_shared_cos_sin). So the first pass holds that knob at base's value, and a second
+    judges it alone on every shape: the strided shapes alone do not see what it costs the others."""
+    root = base["cos_sin_at"] == "root"
+
+    def with_strided_tokens(params, tokens):
+        params = canonical(params)
+        params["layouts"]["strided"]["tokens_per_task"] = tokens
+        return params
+
+    pool = [with_layouts(base, knobs) for knobs in layout_candidates()]
+    if root:
+        pool = [with_strided_tokens(params, base["layouts"]["strided"]["tokens_per_task"]) for params in pool]
+    best, score = _best_per_layout(base, pool, measure(pool, REPS_LAYOUTS, stage))
+    if not root:
+        return best, score
+    pool = [with_strided_tokens(best, tokens) for tokens in LAYOUT_SPACE["tokens_per_task"]]
+    measurements = measure(pool, REPS_LAYOUTS, f"{stage}, root table tiles")
+    score, winner = max((m.score(), -i) for i, m in enumerate(measurements) if m is not None)
+    return pool[-winner], score
 
 
 def _best_per_layout(base, pool, measurements):
@@ -532,7 +553,8 @@ def versions(build):
 
 
 def tuned_document(family, meta, results):
-    """The tuned file: one fully specific entry per key, in key order, with what was measured."""
+    """The tuned file: one fully specific entry per key, in key order, with the knobs the tuner
+    changed and what was measured."""
     order = {key_id(k): i for i, k in enumerate(all_keys([]))}
     entries = []
     for kid in sorted(results, key=order.__getitem__):
@@ -549,12 +571,18 @@ def write_json(path, document):
     scratch.replace(path)
 
 
-def existing_results(path, family, halide, ropegen):
-    """The keys of a valid tuned file already at `path` (kept when this run tunes others) and the
-    commands that wrote it, in the order they ran."""
+def existing_results(path, family, halide, ropegen, log):
+    """The keys of a tuned file already at `path` (kept when this run tunes others) and the
+    commands that wrote it, in the order they ran. A malformed file is an error, never
+    overwritten silently; a stale one (another Halide or ropegen major.minor, whose schedules
+    other code judged) keeps nothing."""
     if not path.exists():
         return {}, []
-    rk.load_tuned_file(path, family, halide, ropegen)  # a bad file is an error, never overwritten silently
+    tuned, _ = rk.read_tuned_file(path, family)
+    stale = rk.stale_reason(tuned, halide, ropegen)
+    if stale:
+        log(f"rope_tune: {path} is stale ({stale}): tuning from nothing, none of its entries kept\n")
+        return {}, []
     document = json.loads(path.read_text())
     results = {key_id(entry["match"]): {"key": entry["match"], "params": entry["params"], "measured": entry["measured"]}
                for entry in document["kernels"]}
@@ -588,15 +616,16 @@ def table(results, keys):
     return "\n".join(lines)
 
 
-def compare(bench, defaults, tuned_file, keys, progress):
+def compare(bench, defaults, tuned_entries, keys, progress):
     """Default against tuned, measured afresh (not the run that chose them, whose winner is
-    favoured by its own noise), for every key the tuned file holds: a markdown table, and the
-    keys whose default or tuned schedule fails its check on this build (a row says which)."""
-    tuned_entries = {key_id(entry["match"]): entry["params"] for entry in json.loads(tuned_file.read_text())["kernels"]}
+    favoured by its own noise), for every key the tuned file (`tuned_entries`) holds: a markdown
+    table, and the keys whose default or tuned schedule fails its check on this build (a row says
+    which)."""
+    tuned_keys = {key_id(match) for _, match, _ in tuned_entries}
     rows, kept, failed = [], 0, []
-    for key in (k for k in keys if key_id(k) in tuned_entries):
+    for key in (k for k in keys if key_id(k) in tuned_keys):
         progress.done += 1
-        default, tuned = canonical(rk.resolve(defaults, key)), canonical(tuned_entries[key_id(key)])
+        default, tuned = canonical(rk.resolve(defaults, key)), canonical(rk.resolve(defaults, key, tuned_entries))
         if tuned == default:
             kept += 1
             continue
@@ -613,9 +642,21 @@ def compare(bench, defaults, tuned_file, keys, progress):
     return "\n".join(header + rows) + f"\n\nThe other {kept} keys kept the defaults.\n", failed
 
 
+def changed_params(default, params):
+    """The knobs of `params` that differ from `default`, nested as in a schedule entry: what a
+    tuned entry holds, so that a later change of a default reaches the knobs the tuner kept."""
+    changed = {knob: value for knob, value in params.items() if knob != "layouts" and value != default[knob]}
+    layouts = {layout: {knob: value for knob, value in knobs.items() if value != default["layouts"][layout][knob]}
+               for layout, knobs in params["layouts"].items()}
+    if any(layouts.values()):
+        changed["layouts"] = {layout: knobs for layout, knobs in layouts.items() if knobs}
+    return changed
+
+
 def changed_knobs(default, params):
-    flat_default, flat = rk.generator_params(default), rk.generator_params(params)
-    return [f"{k}={flat[k]}" for k in sorted(flat) if flat[k] != flat_default[k]]
+    """changed_params as generator parameters, "name=value"."""
+    flat = rk.generator_params({"layouts": {}, **changed_params(default, params)})
+    return [f"{k}={flat[k]}" for k in sorted(flat)]
 
 
 # ---- Main ---------------------------------------------------------------------------------------
@@ -666,8 +707,8 @@ def main(argv=None):
     out = args.out_dir / family / f"{machine['slug']}.json"
     command = " ".join(["bench/tune/rope_tune.py"] + [shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])])
     if args.compare:
-        rk.load_tuned_file(out, family, halide, ropegen)
-        markdown, failed = compare(bench, defaults, out, keys, progress)
+        tuned_entries = rk.load_tuned_file(out, family, halide, ropegen)
+        markdown, failed = compare(bench, defaults, tuned_entries, keys, progress)
         progress.show("done\n")
         print(markdown)
         if failed:  # the build would reject (aarch64: the NEON audit) or miscompute these: no README table
@@ -684,6 +725,12 @@ def main(argv=None):
             neon_asm.write_readme(args.write_readme, f"{machine['cpu']}; {shown}.\n\n{markdown}",
                                   command, begin, end)
         return 0
+
+    # The file this run adds to, judged before any measuring.
+    try:
+        earlier_results, earlier_commands = existing_results(out, family, halide, ropegen, progress.write)
+    except rk.ScheduleError as err:
+        raise SystemExit(f"rope_tune: {err}; the tuner does not overwrite a malformed file: fix or remove it")
 
     # Resume: the state of an interrupted run of the same search (keys, tools, Halide).
     state_path = build / "tune" / family / f"{machine['slug']}.state.json"
@@ -723,13 +770,12 @@ def main(argv=None):
             tuned, tuned_m, default_m = staged_search(default, key, isa, measure,
                                                       lambda: progress.elapsed() > args.budget, bench.judges)
         # The command per entry: a file may gather keys of several runs (--keys).
-        results[kid] = {"key": key, "params": tuned, "measured": {
+        results[kid] = {"key": key, "params": changed_params(default, tuned), "measured": {
             **tuned_m.summary(default_m), "changed": changed_knobs(default, tuned), "command": command}}
         write_json(state_path, {"identity": identity, "results": results, "sweeps": sweep_report})
         progress.key_done(time.monotonic() - started)
     progress.show("done\n" if progress.done == len(keys) else "budget spent\n")
 
-    earlier_results, earlier_commands = existing_results(out, family, halide, ropegen)
     merged = {**earlier_results, **results}
     meta = {"machine": machine["slug"], "cpu": machine["cpu"], "method": bench.method, "halide": halide,
             "ropegen": ropegen, "date": datetime.date.today().isoformat(),

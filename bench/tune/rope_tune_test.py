@@ -4,6 +4,7 @@
 synthetic measurements whose best schedule is known; the file tests write a tuned file and read
 it back through the build's own loader (cmake/ropegen_kernels.py). tune.Run (CMakeLists.txt)
 runs the real tool, candidates built and timed, on one key."""
+import collections
 import json
 import pathlib
 import sys
@@ -21,20 +22,23 @@ SHAPES = {"decode_bshd": "bshd", "prefill_bshd": "bshd", "prefill_bhsd": "bhsd",
           "decode_strided": "strided"}
 
 
-def default_params():
-    return rt.canonical(rk.resolve(rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY), KEY))
+def default_params(key=KEY):
+    return rt.canonical(rk.resolve(rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY), key))
 
 
 class Landscape:
     """Synthetic timings: a candidate's speed on a shape is a product of one factor per knob, the
-    layout knobs counting only on their own group's shapes, so the best schedule is known."""
+    layout knobs counting only on their own group's shapes, so the best schedule is known. With
+    root_tile, a root cos/sin table tiled by that strided.tokens_per_task also speeds up the
+    other layouts' shapes (the generator tiles the table by it)."""
 
     BEST_CORE = {"vector_pairs": 32, "unroll_pairs": 2, "cos_sin_at": "inline", "store_order": "pair_vectors"}
     BEST_LAYOUT = {"bshd": (4, "inside_tokens"), "bhsd": (32, "outside_tokens"), "sbhd": (2, "inside_tokens"),
                    "strided": (1, "outside_tokens")}
 
-    def __init__(self, broken=()):
+    def __init__(self, broken=(), root_tile=None):
         self.broken = [rt.canonical(p) for p in broken]
+        self.root_tile = root_tile
         self.calls = []
 
     def speed(self, params, layout):
@@ -45,6 +49,8 @@ class Landscape:
         knobs = params["layouts"][layout]
         speed *= 1.0 if knobs["tokens_per_task"] == tokens else 0.95
         speed *= 1.0 if knobs["head_loop"] == loop else 0.97
+        if self.root_tile and params["cos_sin_at"] == "root" and layout != "strided":
+            speed *= 1.0 if params["layouts"]["strided"]["tokens_per_task"] == self.root_tile else 0.9
         return speed
 
     def measure(self, pool, reps, stage):
@@ -81,6 +87,20 @@ class SearchTest(unittest.TestCase):
         self.assertGreater(tuned_m.score(), default_m.score())
         # The point of staging: a fraction of the candidates.
         self.assertLess(staged_calls * 3, sweep_calls, f"staged {staged_calls} vs full sweep {sweep_calls}")
+
+    def test_strided_tokens_per_task_is_judged_on_every_shape_with_a_root_table(self):
+        key = {**KEY, "source": "compat"}  # a root cos/sin table
+        default = default_params(key)
+        landscape = Landscape(root_tile=64)
+        for tuned in (rt.full_sweep(default, key, ISA, landscape.measure),
+                      rt.staged_search(default, key, ISA, landscape.measure, lambda: False)[0]):
+            # Not 1, the best of the strided shapes alone.
+            self.assertEqual(tuned["layouts"]["strided"], {"tokens_per_task": 64, "head_loop": "outside_tokens"})
+            self.assertEqual(tuned["layouts"]["bshd"], {"tokens_per_task": 4, "head_loop": "inside_tokens"})
+        # Without a root table (the cache source) the strided group is judged on its shapes only.
+        landscape.calls.clear()
+        rt.staged_search(default_params(), KEY, ISA, landscape.measure, lambda: False)
+        self.assertFalse([stage for _, _, stage in landscape.calls if "root table" in stage])
 
     def test_a_candidate_failing_its_check_is_never_chosen(self):
         default = default_params()
@@ -200,7 +220,8 @@ class FileTest(unittest.TestCase):
         default = default_params()
         tuned = best_params(default)
         other = {**KEY, "dtype": "f32"}
-        results = {rt.key_id(other): self.result(other, default), rt.key_id(KEY): self.result(KEY, tuned)}
+        results = {rt.key_id(other): self.result(other, rt.changed_params(default, default)),
+                   rt.key_id(KEY): self.result(KEY, rt.changed_params(default, tuned))}
         with tempfile.TemporaryDirectory() as tmp:
             path = pathlib.Path(tmp) / FAMILY / "test-machine.json"
             rt.write_json(path, rt.tuned_document(FAMILY, self.META, results))
@@ -211,11 +232,22 @@ class FileTest(unittest.TestCase):
             entries = rk.load_tuned_file(path, FAMILY, "21.0.0", "0.1.0")
             self.assertEqual([e[1] for e in entries], [KEY, other])  # key order: bf16 before f32
             defaults = rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY)
-            self.assertEqual(rt.canonical(rk.resolve(defaults + entries, KEY)), tuned)
+            self.assertEqual(rt.canonical(rk.resolve(defaults, KEY, entries)), tuned)
+            self.assertEqual(rt.canonical(rk.resolve(defaults, other, entries)), default)
             # A later run keeps the keys it does not tune.
-            kept, commands = rt.existing_results(path, FAMILY, "21.0.0", "0.1.0")
+            kept, commands = rt.existing_results(path, FAMILY, "21.0.0", "0.1.0", print)
             self.assertEqual(set(kept), set(results))
             self.assertEqual(commands, [self.META["command"]])
+
+    def test_an_entry_holds_the_changed_knobs_only(self):
+        layout = {"tokens_per_task": 8, "head_loop": "inside_tokens"}
+        default = {"vector_pairs": 16, "unroll_pairs": 1, "layouts": {name: dict(layout) for name in rk.LAYOUTS}}
+        tuned = rt.canonical(default)
+        tuned["unroll_pairs"] = 2
+        tuned["layouts"]["sbhd"]["tokens_per_task"] = 32
+        self.assertEqual(rt.changed_params(default, tuned), {"unroll_pairs": 2, "layouts": {"sbhd": {"tokens_per_task": 32}}})
+        self.assertEqual(rt.changed_knobs(default, tuned), ["sbhd_tokens_per_task=32", "unroll_pairs=2"])
+        self.assertEqual(rt.changed_params(default, default), {})
 
     def test_commands_of_a_file_that_listed_only_its_last_run_come_first(self):
         results = {f"k{i}": {"measured": {"command": command}}
@@ -228,14 +260,14 @@ class FileTest(unittest.TestCase):
             path.parent.mkdir()
             path.write_text("{ not json")
             with self.assertRaises(rk.ScheduleError):
-                rt.existing_results(path, FAMILY, "21.0.0", "0.1.0")
+                rt.existing_results(path, FAMILY, "21.0.0", "0.1.0", print)
             self.assertEqual(path.read_text(), "{ not json")
 
 
 class FakeWorkbench(rt.Workbench):
     """Stands in for the build tree in the resume test: synthetic timings, an interruption."""
-    interrupt_after = None
-    measured_keys = []
+    interrupt_after = None  # keys measured before a KeyboardInterrupt
+    measure_calls = collections.Counter()  # per key id, in the order first measured
     broken = ()  # candidates that fail their check
 
     def __init__(self, build, family, isa, jobs, log):
@@ -246,10 +278,10 @@ class FakeWorkbench(rt.Workbench):
         return {"slug": "test-machine", "cpu": "a test CPU"}
 
     def measure(self, key, pool, reps):
-        if rt.key_id(key) not in FakeWorkbench.measured_keys:
-            if len(FakeWorkbench.measured_keys) == FakeWorkbench.interrupt_after:
-                raise KeyboardInterrupt
-            FakeWorkbench.measured_keys.append(rt.key_id(key))
+        calls = FakeWorkbench.measure_calls
+        if rt.key_id(key) not in calls and len(calls) == FakeWorkbench.interrupt_after:
+            raise KeyboardInterrupt
+        calls[rt.key_id(key)] += 1
         return self.landscape.measure(pool, reps, "")
 
 
@@ -260,19 +292,56 @@ class ResumeTest(unittest.TestCase):
                 mock.patch.object(rt, "versions", lambda build: ("21.0.0", "0.1.0")):
             argv = ["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache", "--build", tmp,
                     "--out-dir", tmp]
-            FakeWorkbench.measured_keys, FakeWorkbench.interrupt_after = [], 1
+            FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), 1
             with self.assertRaises(KeyboardInterrupt):
                 rt.main(argv)
-            self.assertEqual(FakeWorkbench.measured_keys, ["half/cache/d128/bf16"])
-            FakeWorkbench.interrupt_after = None
+            self.assertEqual(list(FakeWorkbench.measure_calls), ["half/cache/d128/bf16"])
+            FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
             with mock.patch("sys.stdout"):  # another budget: still the same search, resumed
                 self.assertEqual(rt.main(argv + ["--budget", "1000"]), 0)
-            self.assertEqual(FakeWorkbench.measured_keys, ["half/cache/d128/bf16", "interleaved/cache/d128/bf16"])
+            # The finished key is not measured again; the interrupted one is, from its start.
+            self.assertEqual(list(FakeWorkbench.measure_calls), ["interleaved/cache/d128/bf16"])
             out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
             document = json.loads(out.read_text())
             self.assertEqual([e["match"]["style"] for e in document["kernels"]], ["half", "interleaved"])
             self.assertEqual(document["meta"]["tuned"]["method"], "measured")
-            self.assertEqual(document["kernels"][0]["params"], best_params(default_params()))
+            # The knobs the search changed, nothing it kept.
+            self.assertEqual(document["kernels"][0]["params"], rt.changed_params(default_params(), best_params(default_params())))
+            self.assertNotIn("cos_sin_at", document["kernels"][0]["params"])
+
+    def test_a_stale_file_is_replaced_by_a_file_of_this_run(self):
+        with tempfile.TemporaryDirectory() as tmp, \
+                mock.patch.object(rt, "Workbench", FakeWorkbench), mock.patch("sys.stdout"), \
+                mock.patch.object(rt.Progress, "write", autospec=True) as write:
+            common = ["--target", FAMILY, "--build", tmp, "--out-dir", tmp, "--fresh"]
+            out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
+            for halide, style in (("20.0.0", "half|interleaved"), ("21.0.0", "interleaved")):
+                FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
+                with mock.patch.object(rt, "versions", lambda build, halide=halide: (halide, "0.1.0")):
+                    self.assertEqual(rt.main(common + ["--keys", f"head_dim=128,dtype=bf16,source=cache,style={style}"]), 0)
+            document = json.loads(out.read_text())
+            self.assertEqual(document["meta"]["tuned"]["halide"], "21.0.0")
+            # Nothing kept from the stale file: its half-style entry and its command are gone.
+            self.assertEqual([e["match"]["style"] for e in document["kernels"]], ["interleaved"])
+            self.assertNotIn("&&", document["meta"]["tuned"]["command"])
+            reported = "".join(call.args[1] for call in write.call_args_list)
+            self.assertIn(f"{out} is stale (tuned with Halide 20.0.0, this build uses Halide 21.0.0)", reported)
+
+    def test_a_malformed_file_is_an_error_before_any_measuring(self):
+        with tempfile.TemporaryDirectory() as tmp, \
+                mock.patch.object(rt, "Workbench", FakeWorkbench), \
+                mock.patch.object(rt, "versions", lambda build: ("21.0.0", "0.1.0")):
+            out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
+            out.parent.mkdir()
+            out.write_text('{"format": "ropegen-schedule"}')
+            FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
+            with self.assertRaises(SystemExit) as caught:
+                rt.main(["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache", "--build", tmp,
+                         "--out-dir", tmp, "--fresh"])
+            self.assertIn(f"{out}: missing key(s)", str(caught.exception))
+            self.assertIn("does not overwrite a malformed file", str(caught.exception))
+            self.assertEqual(FakeWorkbench.measure_calls, {})
+            self.assertEqual(out.read_text(), '{"format": "ropegen-schedule"}')
 
     def test_compare_writes_its_machines_readme_section_only(self):
         with tempfile.TemporaryDirectory() as tmp, \
@@ -281,7 +350,7 @@ class ResumeTest(unittest.TestCase):
                 mock.patch("sys.stdout"):
             argv = ["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache,style=half", "--build", tmp,
                     "--out-dir", tmp]
-            FakeWorkbench.measured_keys, FakeWorkbench.interrupt_after = [], None
+            FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
             self.assertEqual(rt.main(argv + ["--fresh"]), 0)
             readme = pathlib.Path(tmp) / "README.md"
             sections = {slug: (f"<!-- tune:{FAMILY}/{slug}:begin -->", f"<!-- tune:{FAMILY}/{slug}:end -->")
@@ -310,7 +379,7 @@ class ResumeTest(unittest.TestCase):
             expected = [first, f"{first} && {second}", f"{second} && {third}"]
             out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
             for run, command in zip(runs, expected):
-                FakeWorkbench.measured_keys, FakeWorkbench.interrupt_after = [], None
+                FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
                 self.assertEqual(rt.main(common + run), 0)
                 self.assertEqual(json.loads(out.read_text())["meta"]["tuned"]["command"], command)
 
@@ -321,7 +390,7 @@ class ResumeTest(unittest.TestCase):
                 mock.patch("sys.stdout") as stdout, mock.patch("sys.stderr") as stderr:
             argv = ["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache,style=half", "--build", tmp,
                     "--out-dir", tmp]
-            FakeWorkbench.measured_keys, FakeWorkbench.interrupt_after = [], None
+            FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
             self.assertEqual(rt.main(argv + ["--fresh"]), 0)
             readme = pathlib.Path(tmp) / "README.md"
             readme.write_text("untouched\n")

@@ -72,17 +72,24 @@ class TunedFileTest(unittest.TestCase):
     def test_valid_file_wins(self):
         entries = rk.load_schedule_file(REPO / "schedules" / f"{TARGET}.json", TARGET)
         default = rk.resolve(entries, KEY)
-        entries += rk.load_tuned_file(self.write(tuned_doc()), TARGET, HALIDE, ROPEGEN)
-        self.assertEqual(rk.resolve(entries, KEY), CPU_PARAMS)
+        tuned = rk.load_tuned_file(self.write(tuned_doc()), TARGET, HALIDE, ROPEGEN)
+        self.assertEqual(rk.resolve(entries, KEY, tuned), CPU_PARAMS)
         self.assertNotEqual(default, CPU_PARAMS)
         other = dict(KEY, dtype="bf16")
-        self.assertEqual(rk.resolve(entries, other)["vector_pairs"], default["vector_pairs"])
+        self.assertEqual(rk.resolve(entries, other, tuned)["vector_pairs"], default["vector_pairs"])
+
+    def test_tuned_entry_wins_over_a_fully_specific_default_entry(self):
+        entries = rk.load_schedule_file(REPO / "schedules" / f"{TARGET}.json", TARGET)
+        entries.append(("a default entry", dict(KEY), {"unroll_pairs": 2}))
+        tuned = rk.load_tuned_file(self.write(tuned_doc()), TARGET, HALIDE, ROPEGEN)
+        self.assertEqual(rk.resolve(entries, KEY, tuned), CPU_PARAMS)
+        self.assertEqual([where for where, _ in rk.matching_entries(entries, KEY, tuned)][-2:],
+                         ["a default entry", f"{self.tuned_dir / TARGET / MACHINE}.json: kernels[0]"])
 
     def test_valid_gpu_file_wins(self):
         path = self.write(tuned_doc("cuda-sm86", GPU_PARAMS), directory="cuda-sm86")
         entries = rk.load_schedule_file(REPO / "schedules" / "cuda-sm86.json", "cuda-sm86")
-        entries += rk.load_tuned_file(path, "cuda-sm86", HALIDE, ROPEGEN)
-        resolved = rk.resolve(entries, KEY)
+        resolved = rk.resolve(entries, KEY, rk.load_tuned_file(path, "cuda-sm86", HALIDE, ROPEGEN))
         self.assertEqual((resolved["vector_pairs"], resolved["gpu"]), (GPU_PARAMS["vector_pairs"], GPU_PARAMS["gpu"]))
 
     def test_other_patch_version_is_not_stale(self):
@@ -101,19 +108,21 @@ class TunedFileTest(unittest.TestCase):
         doc["kernels"][0]["match"]["head_dim"] = "*"
         self.assert_rejected(self.write(doc), 'kernels[0].match.head_dim: "*" is not allowed in a tuned file')
 
-    def test_incomplete_params(self):
-        doc = tuned_doc()
-        del doc["kernels"][0]["params"]["layouts"]["sbhd"]["head_loop"]
-        self.assert_rejected(self.write(doc), "kernels[0].params.layouts.sbhd: missing key(s) ['head_loop']",
-                             "stale or malformed")
-        del doc["kernels"][0]["params"]["unroll_pairs"]
-        self.assert_rejected(self.write(doc), "kernels[0].params: missing key(s) ['unroll_pairs']")
-        doc = tuned_doc()
-        del doc["kernels"][0]["params"]["store_order"]
-        self.assert_rejected(self.write(doc), "kernels[0].params: missing key(s) ['store_order']")
-        doc = tuned_doc()
-        del doc["kernels"][0]["params"]["interleaved_rotation"]
-        self.assert_rejected(self.write(doc), "kernels[0].params: missing key(s) ['interleaved_rotation']")
+    def test_partial_params_overlay_the_defaults(self):
+        # A tuned entry holds the knobs the tuner changed: the defaults fill the others, so a later
+        # change of a default reaches them.
+        entries = rk.load_schedule_file(REPO / "schedules" / f"{TARGET}.json", TARGET)
+        default = rk.resolve(entries, KEY)
+        for params in ({}, {"unroll_pairs": 4, "layouts": {"sbhd": {"tokens_per_task": 32}}}):
+            doc = tuned_doc(params=params)
+            expected = copy.deepcopy(default)
+            expected.update({k: v for k, v in params.items() if k != "layouts"})
+            expected["layouts"]["sbhd"].update(params.get("layouts", {}).get("sbhd", {}))
+            tuned = rk.load_tuned_file(self.write(doc), TARGET, HALIDE, ROPEGEN)
+            self.assertEqual(rk.resolve(entries, KEY, tuned), expected)
+            changed = copy.deepcopy(entries)
+            changed[0][2]["vector_pairs"] = 32
+            self.assertEqual(rk.resolve(changed, KEY, tuned), {**expected, "vector_pairs": 32})
 
     def test_out_of_range_knob(self):
         doc = tuned_doc()
@@ -154,8 +163,30 @@ class TunedFileTest(unittest.TestCase):
         entries = rk.load_schedule_file(REPO / "schedules" / f"{TARGET}.json", TARGET)
         entries.append(("a test entry", {"style": "*", "head_dim": "*", "dtype": "*", "source": "cache"},
                         {"cos_sin_at": "task"}))
-        with self.assertRaisesRegex(rk.ScheduleError, re.escape('cos_sin_at "task" is not allowed for the cache source')):
+        with self.assertRaisesRegex(rk.ScheduleError, re.escape(f'a test entry.params, for kernel {KEY}: cos_sin_at "task" '
+                                                                'is not allowed for the cache source')):
             rk.resolve(entries, KEY)
+
+    def test_cuda_shared_cos_sin_must_fit_static_shared_memory(self):
+        doc = tuned_doc("cuda-sm86", GPU_PARAMS)  # head_dim 128: 64 pairs x 8 bytes a token
+        doc["kernels"][0]["params"]["gpu"]["tokens_per_block"] = 96  # 48 KiB exactly
+        rk.load_tuned_file(self.write(doc, directory="cuda-sm86"), "cuda-sm86", HALIDE, ROPEGEN)
+        doc["kernels"][0]["params"]["gpu"]["tokens_per_block"] = 97
+        path = self.write(doc, directory="cuda-sm86")
+        rule = ("kernels[0].params: gpu.tokens_per_block 97 is too many for head_dim 128: a block's shared cos/sin "
+                "table of 97 rows of 64 pairs x 8 bytes would exceed the 48 KiB of static shared memory; at most 96")
+        with self.assertRaisesRegex(rk.ScheduleError, re.escape(f"{path}: {rule}")):
+            rk.load_tuned_file(path, "cuda-sm86", HALIDE, ROPEGEN)
+        # A default file's entry for every head_dim: the rule holds for each fixed one, not for the
+        # any-head_dim kernel, which sizes its table at run time.
+        entries = rk.load_schedule_file(REPO / "schedules" / "cuda-sm86.json", "cuda-sm86")
+        entries.append(("a test entry", {"style": "*", "head_dim": "*", "dtype": "*", "source": "compat"},
+                        {"gpu": {"tokens_per_block": 64}}))
+        rk.resolve(entries, dict(KEY, head_dim=128, source="compat"))
+        rk.resolve(entries, dict(KEY, head_dim=0, source="compat"))
+        with self.assertRaisesRegex(rk.ScheduleError, re.escape("a test entry.params, for kernel ") + ".*"
+                                    + re.escape("gpu.tokens_per_block 64 is too many for head_dim 256")):
+            rk.resolve(entries, dict(KEY, head_dim=256, source="compat"))
 
     def test_duplicate_key(self):
         doc = tuned_doc()
@@ -206,6 +237,56 @@ class TunedFileTest(unittest.TestCase):
         self.assert_rejected(self.write(tuned_doc()), "stale", ropegen="1.1.0")
 
 
+class DefaultFileRulesTest(unittest.TestCase):
+    """A default file is as strict as a tuned one: JSON that Python would read loosely, and
+    conflicts between entries anywhere in the family's key grid, are errors."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())
+
+    def write(self, text=None):
+        path = pathlib.Path(self.tmp.name) / f"{TARGET}.json"
+        path.write_text(json.dumps(self.doc, indent=2) if text is None else text)
+        return path
+
+    def assert_rejected(self, path, *fragments):
+        with self.assertRaises(rk.ScheduleError) as caught:
+            rk.load_schedule_file(path, TARGET)
+        for fragment in (str(path), *fragments):
+            self.assertIn(fragment, str(caught.exception))
+
+    def test_the_file_as_committed_loads(self):
+        rk.load_schedule_file(self.write(), TARGET)
+
+    def test_duplicate_key(self):
+        text = json.dumps(self.doc, indent=2).replace('"vector_pairs": 16', '"vector_pairs": 16, "vector_pairs": 8', 1)
+        self.assert_rejected(self.write(text), 'duplicate key "vector_pairs"', "once per object")
+
+    def test_wrong_types_equal_in_python(self):
+        self.doc["version"] = True
+        self.assert_rejected(self.write(), "version true is not supported (expected 1)")
+        for value, shown in ((False, "false"), (128.0, "128.0")):
+            self.doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())
+            self.doc["kernels"][1]["match"]["head_dim"] = value
+            self.assert_rejected(self.write(), f"kernels[1].match.head_dim: {shown} must be one of [64, 128, 256, 0]")
+        self.doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())
+        self.doc["kernels"][0]["params"]["layouts"]["bshd"]["tokens_per_task"] = 8.0
+        self.assert_rejected(self.write(), "kernels[0].params.layouts.bshd.tokens_per_task: 8.0 must be an integer")
+        self.doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())
+        self.doc["kernels"][1]["note"] = ["a list"]
+        self.assert_rejected(self.write(), 'kernels[1].note: ["a list"] must be a string')
+
+    def test_conflicts_anywhere_in_the_key_grid(self):
+        # Equally specific, both set vector_pairs, and both match only the interleaved f16 kernels.
+        for match in ({"dtype": "f16"}, {"style": "interleaved"}):
+            self.doc["kernels"].append({"match": {**dict.fromkeys(rk.MATCH_KEYS, "*"), **match},
+                                        "params": {"vector_pairs": 8}})
+        self.assert_rejected(self.write(), "kernels[7] and", "kernels[8] both set ['vector_pairs'] for kernel",
+                             "'style': 'interleaved'", "'dtype': 'f16'", "equally specific")
+
+
 class CommandLineTest(unittest.TestCase):
     """cmake/ropegen_kernels.py as CMake runs it: the AVX-512 kernels of f32, head_dims 128 and any."""
 
@@ -215,13 +296,14 @@ class CommandLineTest(unittest.TestCase):
         self.root = pathlib.Path(self.tmp.name)
         self.tuned_dir = self.root / "tuned"
 
-    def run_script(self, machine, halide=HALIDE):
+    def run_script(self, machine, halide=HALIDE, schedules=REPO / "schedules"):
         out = self.root / "kernels.cmake"
         result = subprocess.run(
-            [sys.executable, str(SCRIPT), "--schedules", str(REPO / "schedules"), "--tuned-dir", str(self.tuned_dir),
+            [sys.executable, str(SCRIPT), "--schedules", str(schedules), "--tuned-dir", str(self.tuned_dir),
              "--tuned-machine", machine, "--halide-version", halide, "--ropegen-version", ROPEGEN, "--arch", "x86_64",
              "--isas", "avx512", "--cuda", "", "--dtypes", "f32", "--head-dims", "128;0", "--out-cmake", str(out),
-             "--out-inc", str(self.root / "kernels.inc")], capture_output=True, text=True, check=False)
+             "--out-inc", str(self.root / "kernels.inc"), "--out-schedules", str(self.root / "schedules.inc")],
+            capture_output=True, text=True, check=False)
         return result, out.read_text() if result.returncode == 0 else None
 
     def write_tuned(self):
@@ -244,6 +326,22 @@ class CommandLineTest(unittest.TestCase):
                       "bhsd_tokens_per_task=32 bhsd_head_loop=outside_tokens",
                       self.params_line(script))
         self.assertIn(f'message(STATUS "ropegen: {TARGET}: tuned schedule {path} (measured, 2026-11-21)")', script)
+
+    def test_tuned_file_wins_over_a_fully_specific_default_entry(self):
+        doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())
+        doc["kernels"].append({"match": dict(KEY), "params": {"unroll_pairs": 2}})
+        schedules = self.root / "schedules"
+        schedules.mkdir()
+        (schedules / f"{TARGET}.json").write_text(json.dumps(doc))
+        self.write_tuned()
+        result, script = self.run_script(MACHINE, schedules=schedules)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn(" unroll_pairs=4 ", self.params_line(script))
+        # ropegen-info's provenance names both, the tuned entry last.
+        line = next(line for line in (self.root / "schedules.inc").read_text().splitlines()
+                    if line.startswith("ROPE_KERNEL_SCHEDULE(ropegen_half_cache_d128_f32__avx512,"))
+        self.assertIn(f"schedules/{TARGET}.json: kernels[{len(doc['kernels']) - 1}]; tuned/{TARGET}/{MACHINE}.json: "
+                      "kernels[0]", line)
 
     def test_stale_file_fails(self):
         self.write_tuned()
@@ -270,6 +368,17 @@ class CommandLineTest(unittest.TestCase):
         result, _ = self.run_script("../x86-64-avx512/test")
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("must be host, none, or a machine's name", result.stderr)
+
+    def test_a_conflict_among_kernels_not_built_fails(self):
+        doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())
+        for match in ({"dtype": "f16"}, {"style": "interleaved"}):  # only f32 is built
+            doc["kernels"].append({"match": {**dict.fromkeys(rk.MATCH_KEYS, "*"), **match}, "params": {"vector_pairs": 8}})
+        schedules = self.root / "schedules"
+        schedules.mkdir()
+        (schedules / f"{TARGET}.json").write_text(json.dumps(doc))
+        result, _ = self.run_script("none", schedules=schedules)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("both set ['vector_pairs'] for kernel", result.stderr)
 
     def test_host_without_files_uses_defaults(self):
         self.write_tuned()  # another machine's
@@ -332,6 +441,18 @@ class DefaultFilesTest(unittest.TestCase):
             for values in itertools.product(*rk.MATCH_KEYS.values()):
                 params = rk.generator_params(rk.resolve(entries, dict(zip(rk.MATCH_KEYS, values))))
                 self.assertEqual(set(params), gpu_knobs if path.stem.startswith("cuda-") else cpu_knobs, path)
+
+
+    def test_every_committed_tuned_file_resolves_every_kernel(self):
+        files = sorted((REPO / "schedules" / "tuned").glob("*/*.json"))
+        self.assertTrue(files)
+        for path in files:
+            family = path.parent.name
+            meta = json.loads(path.read_text())["meta"]["tuned"]
+            tuned = rk.load_tuned_file(path, family, meta["halide"], meta["ropegen"])
+            entries = rk.load_schedule_file(REPO / "schedules" / f"{family}.json", family)
+            for values in itertools.product(*rk.MATCH_KEYS.values()):
+                rk.resolve(entries, dict(zip(rk.MATCH_KEYS, values)), tuned)
 
 
 if __name__ == "__main__":

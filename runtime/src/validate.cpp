@@ -503,6 +503,23 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
     if (batch == 0 || seq == 0) {
         return;
     }
+    // As for a tensor, the last entry's byte offset must fit 64 bits: beyond, the entries read
+    // (here, and by the kernels) would wrap around the address space.
+    const bool table = pos.kind == ROPE_POSITIONS_TABLE;
+    const int64_t items = varlen != nullptr && !table ? varlen->num_seqs : batch;  // table rows, or offsets
+    if (pos.data != nullptr && items > 0) {
+        const int64_t element = pos.index_type == ROPE_INDEX_INT64 ? 8 : 4;
+        int64_t item_span = 0, token_span = 0, span = 0, bytes = 0;
+        if (multiply_overflows(items - 1, pos.strides[0], &item_span) ||
+            multiply_overflows(table ? seq - 1 : 0, pos.strides[1], &token_span) ||
+            __builtin_add_overflow(item_span, token_span, &span) || span == std::numeric_limits<int64_t>::max() ||
+            multiply_overflows(span + 1, element, &bytes)) {
+            f.fail(ROPE_ERR_SIZE_OVERFLOW) << "positions.strides=[" << pos.strides[0] << ", " << pos.strides[1] << "] over "
+                                           << items << (table ? " x " + std::to_string(seq) : std::string())
+                                           << " entries: the last entry's byte offset overflows 64 bits";
+            return;
+        }
+    }
     auto read = [&](int64_t index) {
         return pos.index_type == ROPE_INDEX_INT32 ? static_cast<const int32_t *>(pos.data)[index]
                                                   : static_cast<const int64_t *>(pos.data)[index];
@@ -510,7 +527,6 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
     // The common case, every entry in range, is proven by the table's bounds alone, in a tight
     // loop; the loops below then only run to find and name the first entry out of range.
     if (pos.data != nullptr && readable && varlen == nullptr) {
-        const bool table = pos.kind == ROPE_POSITIONS_TABLE;
         const PositionBounds bounds = pos.index_type == ROPE_INDEX_INT32
                                           ? position_bounds(static_cast<const int32_t *>(pos.data), pos, batch, table ? seq : 1)
                                           : position_bounds(static_cast<const int64_t *>(pos.data), pos, batch, table ? seq : 1);
@@ -533,7 +549,7 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
         }
         return true;
     };
-    if (pos.kind == ROPE_POSITIONS_TABLE) {
+    if (table) {
         if (pos.data == nullptr) {
             f.fail(ROPE_ERR_NULL_POINTER) << "positions.data is NULL; a position table needs [batch][seq] entries";
             return;
@@ -558,8 +574,8 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
     }
     // Varlen: an offset per sequence (or one for all), over that sequence's tokens.
     const char *what = pos.data != nullptr ? "positions.data (offsets)" : "positions.offset";
-    const int64_t items = varlen != nullptr ? varlen->num_seqs : pos.data != nullptr ? batch : 1;
-    for (int64_t b = 0; b < items; b++) {
+    const int64_t sequences = varlen != nullptr ? varlen->num_seqs : pos.data != nullptr ? batch : 1;
+    for (int64_t b = 0; b < sequences; b++) {
         const int64_t offset = pos.data != nullptr ? read(b * pos.strides[0]) : pos.offset;
         const int64_t length = varlen != nullptr ? sequence_start(*varlen, b + 1) - sequence_start(*varlen, b) : seq;
         const int64_t last = offset > limit ? offset : offset + std::max<int64_t>(length, 1) - 1;

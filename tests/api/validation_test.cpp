@@ -338,6 +338,20 @@ TEST_F(Validation, NegativeBatchOffset) {
     expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE, {"positions"});
 }
 
+// Strides whose last entry lies beyond 64-bit byte offsets: reading it would wrap around memory.
+TEST_F(Validation, PositionStridesWhoseLastEntryOverflowsByteOffsets) {
+    rope_params offsets = valid();
+    offsets.positions = rope_positions{};
+    offsets.positions.kind = ROPE_POSITIONS_OFFSET;
+    offsets.positions.data = positions32({1, 1});
+    offsets.positions.strides[0] = int64_t{1} << 61;  // item 1 at byte 2^63
+    expect_rejected(offsets, ROPE_ERR_SIZE_OVERFLOW, {"positions.strides", "2305843009213693952"});
+
+    rope_params table = valid();
+    table.positions.strides[1] = int64_t{1} << 62;  // token 2 at element 2^63
+    expect_rejected(table, ROPE_ERR_SIZE_OVERFLOW, {"positions.strides", "4611686018427387904"});
+}
+
 TEST_F(Validation, PositionAtCacheLen) {
     rope_params p = valid();
     std::vector<int32_t> table(kBatch * kSeq, 0);

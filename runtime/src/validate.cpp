@@ -7,6 +7,7 @@
 #include "internal/kernel_table.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -585,6 +586,50 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
     }
 }
 
+// The bytes [data, data + bytes) of a table the call reads besides its tensors (none: empty).
+ByteRange table_bytes(const void *data, uint64_t bytes) {
+    const auto first = reinterpret_cast<uintptr_t>(data);
+    return data != nullptr && bytes > 0 ? ByteRange{first, first + bytes - 1, false}
+                                        : ByteRange{0, 0, true};
+}
+
+struct ReadTable {
+    const char *name;
+    ByteRange range;
+};
+
+// What a validated call reads besides q and k: positions (mrope's three streams), the cos/sin
+// cache, cu_seqlens and the scaling's per-pair tables. Their sizes were checked not to overflow.
+std::array<ReadTable, 7> read_tables(const rope_params &p, int32_t rotary_dim) {
+    const rope_positions &pos = p.positions;
+    const int64_t index_bytes = pos.index_type == ROPE_INDEX_INT64 ? 8 : 4;
+    const bool table = pos.kind == ROPE_POSITIONS_TABLE, varlen = p.varlen.cu_seqlens != nullptr;
+    const int64_t batch = p.q.sizes[0], seq = p.q.sizes[1];
+    const int64_t items = varlen && !table ? p.varlen.num_seqs : batch;
+    uint64_t position_entries = 0;  // below 2^60 + 2^31 (check_positions, check_mrope): bytes fit 64 bits
+    if (items > 0 && seq > 0) {
+        position_entries = static_cast<uint64_t>((items - 1) * pos.strides[0] + (table ? (seq - 1) * pos.strides[1] : 0) + 1) +
+                           static_cast<uint64_t>(uses_mrope(p) ? 2 * p.mrope.stream_stride : 0);
+    }
+    const rope_angles &a = p.angles;
+    const int64_t pairs = rotary_dim / 2;
+    const int64_t cache_bytes = a.source == ROPE_SOURCE_CACHE
+                                    ? ((a.cache_len - 1) * (a.cache_row_stride != 0 ? a.cache_row_stride : pairs) + pairs) *
+                                          static_cast<int64_t>(dtype_bytes(a.cache_dtype))
+                                    : 0;
+    const int64_t seqlens_bytes = varlen ? (p.varlen.num_seqs + 1) * (p.varlen.index_type == ROPE_INDEX_INT64 ? 8 : 4) : 0;
+    const rope_scaling &sc = p.scaling;
+    const int64_t factors = a.source != ROPE_SOURCE_CACHE && sc.type == ROPE_SCALING_LONGROPE ? pairs * 4 : 0;
+    const int64_t frequencies = a.source != ROPE_SOURCE_CACHE && sc.type == ROPE_SCALING_INV_FREQ ? pairs * 4 : 0;
+    return {{{"positions.data", table_bytes(pos.data, position_entries * static_cast<uint64_t>(index_bytes))},
+             {"angles.cos_cache", table_bytes(a.cos_cache, cache_bytes)},
+             {"angles.sin_cache", table_bytes(a.sin_cache, cache_bytes)},
+             {"varlen.cu_seqlens", table_bytes(p.varlen.cu_seqlens, seqlens_bytes)},
+             {"scaling.short_factor", table_bytes(sc.short_factor, factors)},
+             {"scaling.long_factor", table_bytes(sc.long_factor, factors)},
+             {"scaling.inv_freq", table_bytes(sc.inv_freq, frequencies)}}};
+}
+
 }  // namespace
 
 int64_t sequence_start(const rope_varlen &varlen, int64_t b) {
@@ -861,6 +906,19 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
                                  << (own_input ? "; an output must be exactly its input (same data, sizes, strides) or disjoint from it (spec §4)"
                                                : "; they must not share any element (spec §4)");
         return f.finish();
+    }
+    // The kernels read some tables after writing outputs (a later tile's positions, a later
+    // sequence's offsets): a byte shared with an output would turn a rotated value into an index.
+    for (const ReadTable &table : read_tables(p, call->rotary_dim)) {
+        for (int i = 2; i < 4 && !table.range.empty; i++) {
+            const ByteRange &out = ranges[i];
+            if ((i == 3 && !call->has_k) || out.empty || out.last < table.range.first || table.range.last < out.first) {
+                continue;
+            }
+            f.fail(ROPE_ERR_OVERLAP) << kTensorNames[i] << " overlaps " << table.name
+                                     << "; an output must share no byte with a table the call reads (spec §4)";
+            return f.finish();
+        }
     }
     return f.finish();
 }

@@ -489,6 +489,34 @@ TEST_F(Validation, QOutOverlapsKOut) {
     expect_rejected(p, ROPE_ERR_OVERLAP, {"k_out"});
 }
 
+// An output over the positions table: the kernels would read positions the call had already
+// overwritten with rotated values (a crash when they are read as cache rows). One byte apart
+// is fine.
+TEST_F(Validation, QOutOverlapsThePositionTable) {
+    const size_t q_elements = kBatch * kSeq * kQHeads * kHeadDim;
+    std::vector<float> memory(q_elements + kBatch * kSeq, 0.0f);  // zeros: valid int32 positions too
+    rope_params p = valid();
+    p.q_out.data = memory.data();
+    p.positions.strides[0] = kSeq;
+    p.positions.strides[1] = 1;
+    p.positions.data = memory.data() + q_elements - 1;  // the last element of q_out
+    const std::vector<float> before = memory;
+    expect_rejected(p, ROPE_ERR_OVERLAP, {"q_out", "positions.data"});
+    EXPECT_EQ(memory, before);
+
+    p.positions.data = memory.data() + q_elements;
+    const rope_status valid_status = missing_kernel_reason(p).empty() ? ROPE_OK : ROPE_ERR_UNSUPPORTED;
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_query(&p, &report), valid_status) << report.message;
+}
+
+// The same for the other tables a call reads.
+TEST_F(Validation, KOutOverlapsTheCosCache) {
+    rope_params p = valid();
+    p.angles.cos_cache = p.k_out.data;  // validation reads no cache value
+    expect_rejected(p, ROPE_ERR_OVERLAP, {"k_out", "angles.cos_cache"});
+}
+
 TEST_F(Validation, KOutOverlapsQ) {
     rope_params p = valid();
     p.k_out.data = p.q.data;

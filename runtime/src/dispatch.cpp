@@ -405,13 +405,6 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
     Buffer given_inv_freq = scaling_table(sc.inv_freq, ROPE_SCALING_INV_FREQ);
     context.cuda_context = cuda.context;
     context.cuda_stream = cuda.stream;
-    // A kernel measures a sequence's length on the tokens it is given (spec §6).
-    if (slice_axis[1] && per_sequence_scaling(p)) {
-        return finish(report, ROPE_ERR_UNSUPPORTED,
-                      "scaling.type=" + std::to_string(p.scaling.type) +
-                          " (per-sequence lengths) with a sequence axis whose stride exceeds 2^31 elements: "
-                          "the call would be split along it and each part measure its own length");
-    }
     const size_t scratch = on_device ? 0 : kernel_scratch_bytes(call, slice_axis[0] ? 1 : batch, slice_axis[1] ? 1 : seq);
     if (!context.reserve_scratch(scratch)) {
         return finish(report, ROPE_ERR_INTERNAL, scratch_failure(kernel, scratch));

@@ -586,6 +586,21 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
     }
 }
 
+// True when the dispatcher must split the call along the sequence axis: a tensor's or the
+// position table's sequence stride exceeds Halide's int32 strides (int64 positions are read as
+// int32 pairs).
+bool sequence_stride_beyond_int32(const rope_params &p, bool has_k) {
+    constexpr int64_t kMaxStride = std::numeric_limits<int32_t>::max();
+    const rope_tensor *tensors[] = {&p.q, &p.k, &p.q_out, &p.k_out};
+    for (int t = 0; t < 4; t++) {
+        if ((t % 2 == 0 || has_k) && tensors[t]->sizes[1] > 1 && tensors[t]->strides[1] > kMaxStride) {
+            return true;
+        }
+    }
+    const int64_t scale = enum_value(p.positions.index_type) == ROPE_INDEX_INT64 ? 2 : 1;
+    return enum_value(p.positions.kind) == ROPE_POSITIONS_TABLE && p.positions.strides[1] > kMaxStride / scale;
+}
+
 // The bytes [data, data + bytes) of a table the call reads besides its tensors (none: empty).
 ByteRange table_bytes(const void *data, uint64_t bytes) {
     const auto first = reinterpret_cast<uintptr_t>(data);
@@ -858,6 +873,15 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
              << " from " << inv_freq_bound.field;
         angle_rule = rule.str();
         limit_rule = angle_rule.c_str();
+    }
+    // A kernel measures a sequence's length on the tokens it is given (spec §6), and a call with a
+    // sequence stride beyond Halide's 32-bit strides is split along that axis: each part would
+    // measure its own. Refused here, so that rope_query agrees and no sequence is written first.
+    if (per_sequence_scaling(p) && sequence_stride_beyond_int32(p, call->has_k)) {
+        f.fail(ROPE_ERR_UNSUPPORTED) << "scaling.type=" << enum_value(p.scaling.type)
+                                     << " (per-sequence lengths) with a sequence axis whose stride exceeds 2^31 elements: "
+                                        "the call would be split along it and each part measure its own length";
+        return f.finish();
     }
     check_varlen(f, p, on_device);
     if (f.failed()) {

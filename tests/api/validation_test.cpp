@@ -862,6 +862,24 @@ TEST_F(Validation, DynamicNeedsRotaryDimFour) {
     expect_rejected(p, ROPE_ERR_BAD_ROTARY, {"rotary_dim=2", "dynamic"});
 }
 
+// A sequence stride beyond 2^31 elements splits the call along the sequence axis, and each
+// part would measure its own length: refused by validation, before it reads positions, so
+// rope_query says so too.
+TEST_F(Validation, PerSequenceScalingWithASequenceStrideBeyondInt32) {
+    for (rope_scaling_type type : {ROPE_SCALING_DYNAMIC, ROPE_SCALING_LONGROPE}) {
+        rope_params p = scaled(valid(), type);
+        p.q.strides[1] = int64_t{1} << 31;
+        p.q.strides[0] = kSeq * p.q.strides[1];
+        expect_rejected(p, ROPE_ERR_UNSUPPORTED, {"scaling.type", "exceeds 2^31"});
+
+        p = scaled(valid(), type);
+        p.positions.index_type = ROPE_INDEX_INT64;
+        p.positions.data = positions64(std::vector<int64_t>(kBatch * kSeq, 1));  // refused before it is read
+        p.positions.strides[1] = int64_t{1} << 30;  // read as int32 pairs: 2^31
+        expect_rejected(p, ROPE_ERR_UNSUPPORTED, {"scaling.type", "exceeds 2^31"});
+    }
+}
+
 TEST_F(Validation, YarnBetasAndMscales) {
     rope_params p = scaled(valid(), ROPE_SCALING_YARN);
     p.scaling.beta_fast = -1;

@@ -515,6 +515,16 @@ rope_status run_varlen(const KernelEntry &kernel, const ValidCall &call, const C
     if (p.positions.kind == ROPE_POSITIONS_TABLE && !per_sequence_scaling(p)) {
         return run_alone(kernel, call, cuda, report);
     }
+    // One reservation, the longest sequence's, before any sequence runs: an allocation that
+    // fails then leaves every output as it was.
+    int64_t longest = 0;
+    for (int64_t b = 0; b < p.varlen.num_seqs; b++) {
+        longest = std::max(longest, sequence_start(p.varlen, b + 1) - sequence_start(p.varlen, b));
+    }
+    CallContext context(report, 0);
+    if (const size_t scratch = kernel_scratch_bytes(call, 1, longest); !context.reserve_scratch(scratch)) {
+        return finish(report, ROPE_ERR_INTERNAL, scratch_failure(kernel, scratch));
+    }
     const bool int64_offsets = p.positions.index_type == ROPE_INDEX_INT64;
     bool written = false;
     for (int64_t b = 0; b < p.varlen.num_seqs; b++) {
@@ -530,7 +540,8 @@ rope_status run_varlen(const KernelEntry &kernel, const ValidCall &call, const C
                                        : static_cast<const int32_t *>(pos.data)[b * pos.strides[0]];
             pos.data = nullptr;
         }
-        if (const rope_status status = run_alone(kernel, part, cuda, report); status != ROPE_OK) {
+        context.num_threads = call_threads(part);
+        if (const rope_status status = run(kernel, part, cuda, report, context); status != ROPE_OK) {
             const std::string message = report != nullptr && report->struct_size >= sizeof(rope_report) ? report->message : "";
             return finish(report, status,
                           "sequence " + std::to_string(b) + " of the varlen call: " + message +

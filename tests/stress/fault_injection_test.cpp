@@ -187,6 +187,40 @@ TEST_F(FaultTest, FailedScratchReservationIsReportedAndWritesNothing) {
     }
 }
 
+// A varlen call whose values depend on the sequence runs a kernel per sequence; its scratch, the
+// longest sequence's, is still reserved once, before the first: a failure writes no sequence.
+TEST_F(FaultTest, AVarlenCallReservesItsScratchOnceBeforeAnySequence) {
+    constexpr int64_t kHeads = 3, kHeadDim = 64;
+    const std::vector<int32_t> cu_seqlens = {0, 5, 5, 6, 23, 26};  // four non-empty sequences
+    const std::vector<int32_t> offsets = {7, 900, 0, 250, 40};
+    const int64_t tokens = cu_seqlens.back();
+    std::vector<float> q(static_cast<size_t>(tokens * kHeads * kHeadDim), 0.5f), out(q.size(), -7.0f);
+    rope_params p = rope_params_init();
+    p.q = rope_tensor{q.data(), ROPE_DTYPE_F32, {1, tokens, kHeads, kHeadDim}, {tokens * kHeads * kHeadDim, kHeads * kHeadDim, kHeadDim, 1}};
+    p.q_out = p.q;
+    p.q_out.data = out.data();
+    p.angles.source = ROPE_SOURCE_COMPAT;
+    p.positions.kind = ROPE_POSITIONS_OFFSET;
+    p.positions.data = offsets.data();
+    p.positions.strides[0] = 1;
+    p.varlen.cu_seqlens = cu_seqlens.data();
+    p.varlen.num_seqs = static_cast<int64_t>(offsets.size());
+    p.num_threads = 1;
+    rope_report report = rope_report_init();
+    if (rope_query(&p, &report) != ROPE_OK) {
+        GTEST_SKIP() << report.message;
+    }
+    InjectedAllocator::arm(-1);
+    ASSERT_EQ(rope_dispatch(&p, &report), ROPE_OK) << report.message;
+    EXPECT_EQ(InjectedAllocator::calls(), 1) << "one reservation for the four sequences";
+
+    std::fill(out.begin(), out.end(), -7.0f);
+    InjectedAllocator::arm(0);
+    EXPECT_EQ(rope_dispatch(&p, &report), ROPE_ERR_INTERNAL);
+    EXPECT_TRUE(contains(report.message, "no output was written")) << report.message;
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return v == -7.0f; }));
+}
+
 // Whether the dispatcher splits the call into decode parts, one kernel each: a decode step with a
 // divisor of the batch in [2, num_threads].
 bool runs_as_decode_parts(const CaseSpec &c) {

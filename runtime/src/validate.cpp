@@ -736,7 +736,7 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
     }
     call->head_dim = p.q.sizes[3];
     if (call->head_dim <= 0 || call->head_dim % 2 != 0 || call->head_dim > std::numeric_limits<int32_t>::max()) {
-        f.fail(ROPE_ERR_BAD_HEAD_DIM) << "q.sizes[3] (head_dim)=" << call->head_dim << " must be even and positive (spec §1)";
+        f.fail(ROPE_ERR_BAD_HEAD_DIM) << "q.sizes[3] (head_dim)=" << call->head_dim << " must be even, positive and below 2^31 (spec §1)";
         return f.finish();
     }
     for (int i = 1; i < 4; i++) {

@@ -189,6 +189,16 @@ TEST_F(Validation, ZeroHeadDim) {
     expect_rejected(p, ROPE_ERR_BAD_HEAD_DIM, {"head_dim"});
 }
 
+TEST_F(Validation, HeadDimOfTwoPow32) {  // even and positive, but beyond the kernels' int32
+    rope_params p = valid();
+    for (rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
+        t->sizes[3] = int64_t{1} << 32;
+        t->sizes[0] = t->sizes[1] = 1;  // a view of one head: no byte span overflows
+        t->sizes[2] = 1;
+    }
+    expect_rejected(p, ROPE_ERR_BAD_HEAD_DIM, {"head_dim", "4294967296", "below 2^31"});
+}
+
 TEST_F(Validation, HeadDimDiffersBetweenQAndK) {
     rope_params p = valid();
     p.k.sizes[3] = p.k_out.sizes[3] = 32;

@@ -43,6 +43,15 @@ struct Driver {
     Result (*mem_get_address_range)(DevicePointer *, size_t *, DevicePointer) = nullptr;
 };
 
+// CUDA's name of `result`, from a driver whose functions are bound.
+std::string name_of(const Driver &d, Result result) {
+    const char *name = nullptr;
+    if (d.get_error_name != nullptr && d.get_error_name(result, &name) == kSuccess && name != nullptr) {
+        return name;
+    }
+    return "CUDA error " + std::to_string(result);
+}
+
 template <typename Function>
 bool bind(Driver &driver, Function *function, const char *name) {
     *function = reinterpret_cast<Function>(dlsym(driver.library, name));
@@ -74,8 +83,9 @@ const Driver &driver() {
         if (!complete) {
             return;
         }
+        // name_of, not result_name: that calls driver(), which would wait on this call_once.
         if (const Result result = init(0); result != kSuccess) {
-            d.error = "the CUDA driver could not initialise: cuInit failed with " + result_name(result);
+            d.error = "the CUDA driver could not initialise: cuInit failed with " + name_of(d, result);
         }
     });
     return loaded;
@@ -93,12 +103,7 @@ void *driver_symbol(const char *name, std::string *error) {
 }
 
 std::string result_name(int result) {
-    const char *name = nullptr;
-    const Driver &d = driver();
-    if (d.get_error_name != nullptr && d.get_error_name(result, &name) == kSuccess && name != nullptr) {
-        return name;
-    }
-    return "CUDA error " + std::to_string(result);
+    return name_of(driver(), result);
 }
 
 }  // namespace cuda

@@ -115,8 +115,18 @@ using cuda::result_name;
 // --- Halide CUDA runtime hooks ---------------------------------------------------------------------
 // Every kernel runs on the context and stream of its call. Outside a call (Halide releasing its
 // state at exit) there is no context, and none is ever created.
+//
+// Once a call has failed, it gets no context: the kernels are built without asserts, so they
+// ignore a failed halide_cuda_initialize_kernels (cuModuleLoadDataEx: out of memory, a JIT
+// failure, no binary for the GPU) and go on to halide_cuda_run, which aborts on the missing module
+// unless acquiring the context fails first. Refused here, halide_cuda_run returns before that
+// check, every later launch of the call is skipped, and the dispatcher reports the recorded error.
 int acquire_context(void *user_context, void **context, bool create) {
     const auto *call = static_cast<const CallContext *>(user_context);
+    if (call != nullptr && call->failure() != CallFailure::None) {
+        *context = nullptr;
+        return halide_error_code_device_interface_no_device;
+    }
     *context = call != nullptr ? call->cuda_context : nullptr;
     if (*context == nullptr && create) {
         return halide_error_code_device_interface_no_device;  // unreachable from rope_dispatch

@@ -147,5 +147,21 @@ TEST(CudaStubDriver, ACuInitFailureIsADeviceErrorNotAHang) {
     EXPECT_EQ(launches(), 0);
 }
 
+// A module that cannot load (out of device memory, a JIT failure, no binary for the GPU) once
+// aborted the process inside Halide's halide_cuda_run.
+TEST(CudaStubDriver, AModuleThatCannotLoadIsADeviceErrorAndLaunchesNothing) {
+    ROPEGEN_STUB_FAILING("cuModuleLoadDataEx");
+    RopeCall call(q_only_cache_case());
+    DeviceCall device(call);
+    for (int attempt = 0; attempt < 2; attempt++) {  // a failed load is not cached
+        rope_report report = rope_report_init();
+        EXPECT_EQ(rope_dispatch(&device.params, &report), ROPE_ERR_DEVICE) << "attempt " << attempt;
+        EXPECT_NE(std::string(report.message).find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << report.message;
+        EXPECT_NE(std::string(report.kernel).find("__cuda_sm86"), std::string::npos) << report.kernel;
+    }
+    EXPECT_EQ(launches(), 0);
+    EXPECT_TRUE(device.unchanged(call));
+}
+
 }  // namespace
 }  // namespace ropegen::test

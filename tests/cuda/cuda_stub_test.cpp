@@ -163,5 +163,24 @@ TEST(CudaStubDriver, AModuleThatCannotLoadIsADeviceErrorAndLaunchesNothing) {
     EXPECT_TRUE(device.unchanged(call));
 }
 
+// Every context shares one address space, so a pointer of another context resolves, but the
+// call's context cannot reach that memory.
+TEST(CudaStubDriver, APointerOfAnotherContextIsRefused) {
+    RopeCall call(q_only_cache_case());
+    DeviceCall device(call);  // the primary context's memory
+    const int before = launches();
+    const auto create = stub<int (*)(void **, unsigned, int)>("cuCtxCreate_v2");
+    void *primary = nullptr, *engine = nullptr;
+    ASSERT_EQ(stub<int (*)(void **)>("cuCtxGetCurrent")(&primary), 0);
+    ASSERT_EQ(create(&engine, 0, 0), 0);  // current now: the call runs on it
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_dispatch(&device.params, &report), ROPE_ERR_BAD_POINTER);
+    EXPECT_NE(std::string(report.message).find("q="), std::string::npos) << report.message;
+    EXPECT_NE(std::string(report.message).find("another CUDA context"), std::string::npos) << report.message;
+    EXPECT_EQ(launches(), before);
+    EXPECT_TRUE(device.unchanged(call));
+    stub<int (*)(void *)>("cuCtxSetCurrent")(primary);
+}
+
 }  // namespace
 }  // namespace ropegen::test

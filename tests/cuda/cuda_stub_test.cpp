@@ -182,5 +182,38 @@ TEST(CudaStubDriver, APointerOfAnotherContextIsRefused) {
     stub<int (*)(void *)>("cuCtxSetCurrent")(primary);
 }
 
+// The kernels index the positions with 32 bits: a table whose batch and seq spans each fit but
+// add up to 2^31 or more must be split (here into its two batch items: twice the launches).
+TEST(CudaStubDriver, APositionsTableSpanningTwoToThe31IsSplit) {
+    CaseSpec spec = q_only_cache_case();
+    spec.batch = 2;
+    spec.seq = 2;
+    spec.positions.mode = PositionMode::Table;
+    spec.positions.index_type = ROPE_INDEX_INT32;
+    spec.positions.values = {3, 5, 7, 9};
+    RopeCall call(spec);
+    DeviceCall device(call);
+    rope_report report = rope_report_init();
+    const int before = launches();
+    ASSERT_EQ(rope_dispatch(&device.params, &report), ROPE_OK) << report.message;
+    const int one_part = launches() - before;
+
+    const int64_t batch_stride = int64_t{1} << 30, seq_stride = batch_stride + 1;
+    const auto alloc = stub<int (*)(DevicePointer *, size_t)>("cuMemAlloc_v2");
+    DevicePointer table = 0;  // reserved, not committed: only the four entries are written
+    ASSERT_EQ(alloc(&table, static_cast<size_t>(batch_stride + seq_stride + 1) * 4), 0);
+    for (int64_t b = 0; b < 2; b++) {
+        for (int64_t s = 0; s < 2; s++) {
+            reinterpret_cast<int32_t *>(table)[b * batch_stride + s * seq_stride] = static_cast<int32_t>(spec.positions.values[b * 2 + s]);
+        }
+    }
+    rope_params p = device.params;
+    p.positions.data = reinterpret_cast<void *>(table);
+    p.positions.strides[0] = batch_stride;
+    p.positions.strides[1] = seq_stride;
+    ASSERT_EQ(rope_dispatch(&p, &report), ROPE_OK) << report.message;
+    EXPECT_EQ(launches() - before - one_part, 2 * one_part) << "one launch per batch item's slice";
+}
+
 }  // namespace
 }  // namespace ropegen::test

@@ -28,6 +28,8 @@ using DevicePointer = unsigned long long;  // CUdeviceptr
 constexpr Result kSuccess = 0;
 constexpr int kComputeCapabilityMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 constexpr int kComputeCapabilityMinor = 76;
+constexpr int kPointerContext = 1;        // CU_POINTER_ATTRIBUTE_CONTEXT
+constexpr int kPointerDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 constexpr const char *kDriverLibrary = "libcuda.so.1";
 
 struct Driver {
@@ -41,7 +43,17 @@ struct Driver {
     Result (*ctx_get_device)(Device *) = nullptr;
     Result (*device_get_attribute)(int *, int, Device) = nullptr;
     Result (*mem_get_address_range)(DevicePointer *, size_t *, DevicePointer) = nullptr;
+    Result (*pointer_get_attribute)(void *, int, DevicePointer) = nullptr;
 };
+
+// CUDA's name of `result`, from a driver whose functions are bound.
+std::string name_of(const Driver &d, Result result) {
+    const char *name = nullptr;
+    if (d.get_error_name != nullptr && d.get_error_name(result, &name) == kSuccess && name != nullptr) {
+        return name;
+    }
+    return "CUDA error " + std::to_string(result);
+}
 
 template <typename Function>
 bool bind(Driver &driver, Function *function, const char *name) {
@@ -70,12 +82,14 @@ const Driver &driver() {
                               bind(d, &d.ctx_push_current, "cuCtxPushCurrent_v2") &&
                               bind(d, &d.ctx_pop_current, "cuCtxPopCurrent_v2") && bind(d, &d.ctx_get_device, "cuCtxGetDevice") &&
                               bind(d, &d.device_get_attribute, "cuDeviceGetAttribute") &&
-                              bind(d, &d.mem_get_address_range, "cuMemGetAddressRange_v2");
+                              bind(d, &d.mem_get_address_range, "cuMemGetAddressRange_v2") &&
+                              bind(d, &d.pointer_get_attribute, "cuPointerGetAttribute");
         if (!complete) {
             return;
         }
+        // name_of, not result_name: that calls driver(), which would wait on this call_once.
         if (const Result result = init(0); result != kSuccess) {
-            d.error = "the CUDA driver could not initialise: cuInit failed with " + result_name(result);
+            d.error = "the CUDA driver could not initialise: cuInit failed with " + name_of(d, result);
         }
     });
     return loaded;
@@ -93,12 +107,7 @@ void *driver_symbol(const char *name, std::string *error) {
 }
 
 std::string result_name(int result) {
-    const char *name = nullptr;
-    const Driver &d = driver();
-    if (d.get_error_name != nullptr && d.get_error_name(result, &name) == kSuccess && name != nullptr) {
-        return name;
-    }
-    return "CUDA error " + std::to_string(result);
+    return name_of(driver(), result);
 }
 
 }  // namespace cuda
@@ -110,8 +119,18 @@ using cuda::result_name;
 // --- Halide CUDA runtime hooks ---------------------------------------------------------------------
 // Every kernel runs on the context and stream of its call. Outside a call (Halide releasing its
 // state at exit) there is no context, and none is ever created.
+//
+// Once a call has failed, it gets no context: the kernels are built without asserts, so they
+// ignore a failed halide_cuda_initialize_kernels (cuModuleLoadDataEx: out of memory, a JIT
+// failure, no binary for the GPU) and go on to halide_cuda_run, which aborts on the missing module
+// unless acquiring the context fails first. Refused here, halide_cuda_run returns before that
+// check, every later launch of the call is skipped, and the dispatcher reports the recorded error.
 int acquire_context(void *user_context, void **context, bool create) {
     const auto *call = static_cast<const CallContext *>(user_context);
+    if (call != nullptr && call->failure() != CallFailure::None) {
+        *context = nullptr;
+        return halide_error_code_device_interface_no_device;
+    }
     *context = call != nullptr ? call->cuda_context : nullptr;
     if (*context == nullptr && create) {
         return halide_error_code_device_interface_no_device;  // unreachable from rope_dispatch
@@ -183,6 +202,67 @@ cuda::Result with_context(const cuda::Driver &d, void *context, Body body) {
     return result;
 }
 
+// Allocations a view may span when they are mapped back to back: PyTorch's expandable segments map
+// a tensor as chunks (cuMemCreate, 2 or 20 MiB) of one reservation, and cuMemGetAddressRange
+// returns a single chunk. The bound keeps a call's checks short (views up to 8 GiB of 2 MiB chunks).
+constexpr int kMaxMappings = 4096;
+
+enum class RangeProblem { None, NotDevice, OtherContext, OtherDevice, PastEnd, TooManyMappings };
+
+struct RangeCheck {
+    RangeProblem problem = RangeProblem::None;
+    cuda::Result result = cuda::kSuccess;  // the failed query, for NotDevice
+    cuda::DevicePointer start = 0;         // the allocations found from range.first on
+    size_t size = 0;
+    int owner = 0;  // the context's device ordinal, or the owner's, for OtherDevice
+};
+
+// Checks that the bytes of `range` lie in memory the kernels may use on `context` (current):
+// allocations mapped back to back, each of that context or, for memory of no context (VMM chunks,
+// pool memory), of its device. A pointer of another context resolves too, since all share one
+// address space, but that context's memory is not mapped in this one: the kernel would fault.
+RangeCheck check_range(const cuda::Driver &d, const MemoryRange &range, void *context, cuda::Device device) {
+    RangeCheck c;
+    cuda::DevicePointer at = range.first;
+    for (int mapping = 0; mapping < kMaxMappings; mapping++) {
+        cuda::DevicePointer start = 0;
+        size_t size = 0;
+        c.result = d.mem_get_address_range(&start, &size, at);
+        if (mapping > 0 && (c.result != cuda::kSuccess || start != at)) {
+            c.problem = RangeProblem::PastEnd;  // nothing mapped right after the last allocation
+            return c;
+        }
+        void *owner = nullptr;
+        if (c.result == cuda::kSuccess) {
+            c.result = d.pointer_get_attribute(&owner, cuda::kPointerContext, at);
+        }
+        if (c.result == cuda::kSuccess && owner == nullptr) {
+            // cuCtxGetDevice's CUdevice is the device's ordinal.
+            c.result = d.pointer_get_attribute(&c.owner, cuda::kPointerDeviceOrdinal, at);
+            if (c.result == cuda::kSuccess && c.owner != device) {
+                c.problem = RangeProblem::OtherDevice;
+                return c;
+            }
+        }
+        if (c.result != cuda::kSuccess) {
+            c.problem = RangeProblem::NotDevice;
+            return c;
+        }
+        if (owner != nullptr && owner != context) {
+            c.problem = RangeProblem::OtherContext;
+            return c;
+        }
+        c.start = mapping == 0 ? start : c.start;
+        c.size = start + size - c.start;
+        if (range.last < start + size) {
+            return c;
+        }
+        at = start + size;
+    }
+    c.problem = RangeProblem::TooManyMappings;
+    return c;
+}
+
 }  // namespace
 
 rope_status prepare_cuda_call(const ValidCall &call, CudaTarget *target, std::string *message) {
@@ -208,13 +288,11 @@ rope_status prepare_cuda_call(const ValidCall &call, CudaTarget *target, std::st
     }
 
     int major = 0, minor = 0;
+    cuda::Device device = 0;
     const std::vector<MemoryRange> ranges = memory_ranges(call);
     const MemoryRange *bad_range = nullptr;
-    cuda::DevicePointer allocation = 0;
-    size_t allocation_size = 0;
-    cuda::Result range_result = cuda::kSuccess;
+    RangeCheck check;
     const cuda::Result r = with_context(d, target->context, [&] {
-        cuda::Device device = 0;
         cuda::Result result = d.ctx_get_device(&device);
         if (result == cuda::kSuccess) {
             result = d.device_get_attribute(&major, cuda::kComputeCapabilityMajor, device);
@@ -226,8 +304,8 @@ rope_status prepare_cuda_call(const ValidCall &call, CudaTarget *target, std::st
             if (result != cuda::kSuccess) {
                 break;
             }
-            range_result = d.mem_get_address_range(&allocation, &allocation_size, range.first);
-            if (range_result != cuda::kSuccess || range.last >= allocation + allocation_size) {
+            check = check_range(d, range, target->context, device);
+            if (check.problem != RangeProblem::None) {
                 bad_range = &range;
                 break;
             }
@@ -242,13 +320,30 @@ rope_status prepare_cuda_call(const ValidCall &call, CudaTarget *target, std::st
     target->capability = major * 10 + minor;
     if (bad_range != nullptr) {
         why << bad_range->name << "=" << reinterpret_cast<void *>(bad_range->first);
-        if (range_result != cuda::kSuccess) {
-            why << " is not device memory of the call's CUDA context (cuMemGetAddressRange: " << result_name(range_result)
-                << "); with device=ROPE_DEVICE_CUDA every pointer is a device pointer";
-        } else {
+        const auto view = [&] {
             why << ": the view's bytes [" << reinterpret_cast<void *>(bad_range->first) << ", "
-                << reinterpret_cast<void *>(bad_range->last) << "] run past the end of its allocation ("
-                << reinterpret_cast<void *>(allocation) << " + " << allocation_size << " bytes)";
+                << reinterpret_cast<void *>(bad_range->last) << "]";
+        };
+        switch (check.problem) {
+        case RangeProblem::NotDevice:
+            why << " is not device memory of the call's CUDA context (cuMemGetAddressRange/cuPointerGetAttribute: "
+                << result_name(check.result) << "); with device=ROPE_DEVICE_CUDA every pointer is a device pointer";
+            break;
+        case RangeProblem::OtherContext:
+            why << " is device memory of another CUDA context than the call's (" << target->context
+                << "): the call's kernels cannot reach it";
+            break;
+        case RangeProblem::OtherDevice:
+            why << " is device memory of device " << check.owner << ", and the call's CUDA context is on device " << device;
+            break;
+        case RangeProblem::TooManyMappings:
+            view();
+            why << " span more than " << kMaxMappings << " allocations mapped back to back (the most a view may span)";
+            break;
+        default:  // PastEnd
+            view();
+            why << " run past the end of its allocation (" << reinterpret_cast<void *>(check.start) << " + " << check.size
+                << " bytes, with any allocations mapped back to back after it)";
         }
         *message = why.str();
         return ROPE_ERR_BAD_POINTER;

@@ -352,9 +352,11 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
     }
     slice_axis[0] = slice_axis[0] || pos_batch_stride > kMaxStride;
     slice_axis[1] = slice_axis[1] || pos_seq_stride > kMaxStride;
+    // The kernel indexes the positions with one 32-bit offset: the batch and seq spans add up.
     for (int axis = 0; on_device && axis < 3; axis++) {
-        bool fits = (slice_axis[0] || (batch - 1) * pos_batch_stride <= kMaxStride) &&
-                    (slice_axis[1] || (seq - 1) * pos_seq_stride <= kMaxStride);
+        const int64_t pos_span =
+            (slice_axis[0] ? 0 : (batch - 1) * pos_batch_stride) + (slice_axis[1] ? 0 : (seq - 1) * pos_seq_stride);
+        bool fits = pos_span <= kMaxStride;
         for (int t = 0; t < 4; t++) {
             fits = fits && ((t % 2 == 1 && !call.has_k) || sliced_span(*tensors[t], slice_axis) <= kMaxStride);
         }

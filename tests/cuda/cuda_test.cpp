@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -436,6 +438,200 @@ void expect_runs_on_stream(const Driver &driver, void *engine_context, void *str
     ASSERT_CUDA(d->memcpy_dtoh(host.q_out.data, q_out.address(), q_bytes));
     ASSERT_CUDA(d->memcpy_dtoh(host.k_out.data, k_out.address(), k_bytes));
     EXPECT_TRUE(call.check_outputs());
+}
+
+
+// --- failures the driver reports -------------------------------------------------------------------
+
+/// The driver functions of the VMM test, beyond Driver.
+struct ExtraDriver {
+    Result (*mem_get_granularity)(size_t *, const void *, int);
+    Result (*mem_create)(unsigned long long *, size_t, const void *, unsigned long long);
+    Result (*mem_address_reserve)(DevicePointer *, size_t, size_t, DevicePointer, unsigned long long);
+    Result (*mem_map)(DevicePointer, size_t, size_t, unsigned long long, unsigned long long);
+    Result (*mem_set_access)(DevicePointer, size_t, const void *, size_t);
+    Result (*mem_unmap)(DevicePointer, size_t);
+    Result (*mem_release)(unsigned long long);
+    Result (*mem_address_free)(DevicePointer, size_t);
+};
+
+const ExtraDriver *extra_driver(std::string *why) {
+    static ExtraDriver e;
+    static std::string error;
+    static const bool ready = bind(&e.mem_get_granularity, "cuMemGetAllocationGranularity", &error) &&
+                              bind(&e.mem_create, "cuMemCreate", &error) &&
+                              bind(&e.mem_address_reserve, "cuMemAddressReserve", &error) &&
+                              bind(&e.mem_map, "cuMemMap", &error) && bind(&e.mem_set_access, "cuMemSetAccess", &error) &&
+                              bind(&e.mem_unmap, "cuMemUnmap", &error) && bind(&e.mem_release, "cuMemRelease", &error) &&
+                              bind(&e.mem_address_free, "cuMemAddressFree", &error);
+    if (!ready) {
+        *why = error;
+        return nullptr;
+    }
+    return &e;
+}
+
+// cuda.h layouts (CUDA 11.2+), for the VMM test.
+struct MemLocation {
+    int type;  // CU_MEM_LOCATION_TYPE_DEVICE = 1
+    int id;
+};
+struct MemAllocationProp {
+    int type;                  // CU_MEM_ALLOCATION_TYPE_PINNED = 1
+    int requested_handle_types;  // 0: none
+    MemLocation location;
+    void *win32_handle_meta_data;
+    unsigned char compression_type, gpu_direct_rdma_capable;
+    unsigned short usage;
+    unsigned char reserved[4];
+};
+struct MemAccessDesc {
+    MemLocation location;
+    int flags;  // CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
+};
+
+void use_threadsafe_death_tests() {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+}
+
+// A module that cannot load (here: no device memory left for it, on a fresh context, loaded
+// eagerly) is a status, not an abort inside Halide's halide_cuda_run (cuda_stub_test.cpp checks
+// the same with a stand-in driver). The module may still fit: ROPE_OK passes too. In a child
+// process, which may be left without memory.
+TEST(CudaDispatch, AModuleThatCannotLoadIsAStatusNotAnAbort) {
+    setenv("CUDA_MODULE_LOADING", "EAGER", 1);  // seen by the child's cuInit
+    ROPEGEN_SKIP_WITHOUT_GPU(d);
+    use_threadsafe_death_tests();
+    const auto child = [&]() {
+            void *context = nullptr;
+            int device = 0;
+            if (d->device_get(&device, 0) != kSuccess || d->ctx_create(&context, 0, device) != kSuccess) {
+                std::_Exit(5);
+            }
+            CaseSpec spec;  // f32 cache, head_dim 64: no module loaded on this new context yet
+            spec.k_heads = 0;
+            RopeCall call(spec);
+            const rope_params host = call.params();
+            ValidCall valid;
+            std::string message;
+            if (validate(&host, &valid, &message) != ROPE_OK) {
+                std::_Exit(6);
+            }
+            std::vector<std::unique_ptr<DeviceBuffer>> keep;
+            rope_params p = host;
+            for (const MemoryRange &r : memory_ranges(valid)) {
+                keep.push_back(std::make_unique<DeviceBuffer>(*d, r.last - r.first + 1));
+                const auto device_address = reinterpret_cast<void *>(keep.back()->address());
+                if (std::string(r.name) == "q") p.q.data = device_address;
+                if (std::string(r.name) == "q_out") p.q_out.data = device_address;
+                if (std::string(r.name) == "angles.cos_cache") p.angles.cos_cache = device_address;
+                if (std::string(r.name) == "angles.sin_cache") p.angles.sin_cache = device_address;
+                if (std::string(r.name) == "positions.data") p.positions.data = device_address;
+            }
+            // Take every byte of device memory the driver will give, down to 4 KiB pieces.
+            std::vector<DevicePointer> hoard;
+            for (size_t piece = size_t{1} << 30; piece >= 4096; piece /= 2) {
+                DevicePointer a = 0;
+                while (d->mem_alloc(&a, piece) == kSuccess) {
+                    hoard.push_back(a);
+                }
+            }
+            p.device = ROPE_DEVICE_CUDA;
+            rope_report report = rope_report_init();
+            const rope_status status = rope_dispatch(&p, &report);
+            const bool named = std::string(report.message).find("CUDA_ERROR_") != std::string::npos;
+            std::_Exit(status == ROPE_OK || (status == ROPE_ERR_DEVICE && named) ? 0 : 7);
+    };
+    EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+}
+
+// A tensor of PyTorch's expandable segments (VMM: cuMemCreate chunks mapped back to back in one
+// reservation) is one valid view, though cuMemGetAddressRange returns only the chunk holding a
+// pointer.
+TEST(CudaDispatch, AViewAcrossTwoMappedChunksOfOneReservationIsAccepted) {
+    ROPEGEN_SKIP_WITHOUT_GPU(d);
+    std::string why;
+    const ExtraDriver *e = extra_driver(&why);
+    ASSERT_NE(e, nullptr) << why;
+    int device = 0;
+    ASSERT_CUDA(d->device_get(&device, 0));
+    MemAllocationProp prop{};
+    prop.type = 1;
+    prop.location = {1, device};
+    size_t granularity = 0;
+    ASSERT_CUDA(e->mem_get_granularity(&granularity, &prop, 0));
+    // q of [1, S, 4, 128] f32 spanning 2 granules (2 MiB each on current GPUs), q_out likewise.
+    const size_t reserved = 4 * granularity;
+    DevicePointer base = 0;
+    ASSERT_CUDA(e->mem_address_reserve(&base, reserved, 0, 0, 0));
+    unsigned long long chunks[4] = {};
+    for (int i = 0; i < 4; i++) {
+        ASSERT_CUDA(e->mem_create(&chunks[i], granularity, &prop, 0));
+        ASSERT_CUDA(e->mem_map(base + i * granularity, granularity, 0, chunks[i], 0));
+    }
+    const MemAccessDesc access{{1, device}, 3};
+    ASSERT_CUDA(e->mem_set_access(base, reserved, &access, 1));
+
+    CaseSpec spec;
+    spec.batch = 1;
+    spec.q_heads = 4;
+    spec.k_heads = 0;
+    spec.head_dim = 128;
+    spec.seq = static_cast<int64_t>(2 * granularity / (4 * 128 * 4));  // q fills chunks 0-1
+    spec.source = ROPE_SOURCE_PRECISE;
+    RopeCall call(spec);
+    const size_t bytes = static_cast<size_t>(spec.seq * 4 * 128) * 4;
+    ASSERT_EQ(bytes, 2 * granularity);
+    const rope_params host = call.params();
+    ASSERT_CUDA(d->memcpy_htod(base, host.q.data, bytes));
+    rope_params p = host;
+    p.q.data = reinterpret_cast<void *>(base);                           // chunks 0-1
+    p.q_out.data = reinterpret_cast<void *>(base + 2 * granularity);     // chunks 2-3
+    p.device = ROPE_DEVICE_CUDA;
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_dispatch(&p, &report), ROPE_OK) << report.message;
+    ASSERT_CUDA(d->ctx_synchronize());
+    if (report.status == ROPE_OK) {
+        ASSERT_CUDA(d->memcpy_dtoh(host.q_out.data, base + 2 * granularity, bytes));
+        EXPECT_TRUE(call.check_outputs());
+    }
+    for (int i = 0; i < 4; i++) {
+        e->mem_unmap(base + i * granularity, granularity);
+        e->mem_release(chunks[i]);
+    }
+    e->mem_address_free(base, reserved);
+}
+
+// Memory of another context resolves (one address space) but is not mapped in the call's context:
+// ROPE_ERR_BAD_POINTER, not a fault. In a child process: a fault would leave the context unusable.
+TEST(CudaDispatch, APointerOfAnotherContextIsRejected) {
+    ROPEGEN_SKIP_WITHOUT_GPU(d);
+    use_threadsafe_death_tests();
+    const auto child = [&]() {
+            CaseSpec spec;
+            spec.k_heads = 0;
+            spec.source = ROPE_SOURCE_PRECISE;
+            RopeCall call(spec);
+            const rope_params host = call.params();
+            const size_t bytes = static_cast<size_t>(spec.batch * spec.seq * spec.q_heads * spec.head_dim) * 4;
+            DeviceBuffer q(*d, bytes), q_out(*d, bytes);  // the primary context's
+            void *engine = nullptr;
+            int device = 0;
+            if (d->device_get(&device, 0) != kSuccess || d->ctx_create(&engine, 0, device) != kSuccess) {
+                std::_Exit(5);
+            }
+            rope_params p = host;  // the call runs on `engine`, current now
+            p.q.data = reinterpret_cast<void *>(q.address());
+            p.q_out.data = reinterpret_cast<void *>(q_out.address());
+            p.device = ROPE_DEVICE_CUDA;
+            rope_report report = rope_report_init();
+            const rope_status status = rope_dispatch(&p, &report);
+            if (status == ROPE_ERR_BAD_POINTER) {
+                std::_Exit(0);
+            }
+            std::_Exit(status == ROPE_OK ? (d->ctx_synchronize() == kSuccess ? 2 : 3) : 4);  // 3: it faulted
+    };
+    EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

@@ -235,9 +235,11 @@ typedef struct rope_params {
      * `stream` (NULL: that context's legacy default stream) and the call returns at once: it
      * never synchronizes, never creates a context, never allocates or copies device memory, and
      * num_threads is ignored. Validation is as for the CPU, and every view must lie inside one
-     * device allocation, except that positions in device memory are not read (that would
-     * synchronize): a position outside [0, cache_len) reads the nearest cache row, never memory
-     * outside the cache. The driver (libcuda.so.1) is loaded at the first CUDA call; without
+     * device allocation (or allocations mapped back to back) of the call's context or, for
+     * memory of no context, of its device, except that positions in device memory are not read
+     * (that would synchronize): the kernel takes a position as 32 bits (the low word of an int64
+     * entry; an offset plus the token index wraps past 2^31 - 1), and the cache source reads the
+     * nearest cache row to that value, never memory outside the cache. The driver (libcuda.so.1) is loaded at the first CUDA call; without
      * one the call returns ROPE_ERR_DEVICE. The first call of each kernel on a context loads
      * its module, and with the driver's lazy loading (CUDA_MODULE_LOADING=LAZY, the default
      * since CUDA 12.2) that load may wait for work already on the context: an engine that needs

@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: Apache-2.0
+// CUDA calls against a stand-in driver (stub_cuda.c, loaded as libcuda.so.1 through the
+// LD_LIBRARY_PATH ctest sets), so that what only a GPU's driver does runs on every machine: cuInit
+// failing (no device visible), a module that cannot load, a pointer of another context, and the
+// launches a call makes. The stub's "device memory" is host memory, so a test reads what a call
+// left there. A failure chosen with ROPEGEN_STUB_CUDA_FAIL holds for the process, and the library
+// loads the driver once: such a test runs in a process of its own (ctest runs each test alone).
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "internal/cuda_device.h"
+#include "internal/validate.h"
+#include "support/rope_case.h"
+
+namespace ropegen::test {
+namespace {
+
+using DevicePointer = unsigned long long;
+
+/// A function of the libcuda.so.1 this process loads (loading it when the library has not yet),
+/// which must be the stub.
+template <typename Function>
+Function stub(const char *name) {
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (driver == nullptr || dlsym(driver, "ropegen_stub_launches") == nullptr) {
+        ADD_FAILURE() << "libcuda.so.1 here is not the stub driver: run through ctest (LD_LIBRARY_PATH)";
+        return nullptr;
+    }
+    return reinterpret_cast<Function>(dlsym(driver, name));
+}
+
+/// Launches so far in this process (every test but the first shares it when run without ctest).
+int launches() {
+    const auto count = stub<int (*)()>("ropegen_stub_launches");
+    return count != nullptr ? count() : -1;
+}
+
+/// Chooses the stub's failure; false (and a skip) when the driver is loaded already.
+bool fresh_process_failing(const char *entry) {
+    if (dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) != nullptr) {
+        return false;
+    }
+    setenv("ROPEGEN_STUB_CUDA_FAIL", entry, 1);
+    return true;
+}
+
+#define ROPEGEN_STUB_FAILING(entry)         \
+    if (!fresh_process_failing(entry))      \
+    GTEST_SKIP() << "needs a process of its own, whose driver is not loaded yet (ctest runs each test alone)"
+
+/// The pointer of `p` that a MemoryRange's name names.
+const void *&pointer(rope_params &p, const std::string &name) {
+    static const void *none = nullptr;
+    const void **fields[] = {const_cast<const void **>(&p.q.data), const_cast<const void **>(&p.k.data),
+                             const_cast<const void **>(&p.q_out.data), const_cast<const void **>(&p.k_out.data),
+                             &p.positions.data, &p.angles.cos_cache, &p.angles.sin_cache};
+    const char *names[] = {"q", "k", "q_out", "k_out", "positions.data", "angles.cos_cache", "angles.sin_cache"};
+    for (size_t i = 0; i < 7; i++) {
+        if (name == names[i]) {
+            return *fields[i];
+        }
+    }
+    ADD_FAILURE() << "no argument " << name;
+    return none;
+}
+
+/// `call`'s arguments with every range it touches copied into stub device memory of the current
+/// context.
+struct DeviceCall {
+    rope_params params;
+    std::vector<std::pair<std::string, size_t>> ranges;  // by name, their sizes
+
+    explicit DeviceCall(const RopeCall &call) : params(call.params()) {
+        ValidCall valid;
+        std::string message;
+        EXPECT_EQ(validate(&params, &valid, &message), ROPE_OK) << message;
+        const auto alloc = stub<int (*)(DevicePointer *, size_t)>("cuMemAlloc_v2");
+        for (const MemoryRange &range : memory_ranges(valid)) {
+            const size_t bytes = range.last - range.first + 1;
+            DevicePointer address = 0;
+            EXPECT_EQ(alloc != nullptr ? alloc(&address, bytes) : -1, 0) << range.name;
+            std::memcpy(reinterpret_cast<void *>(address), reinterpret_cast<const void *>(range.first), bytes);
+            pointer(params, range.name) = reinterpret_cast<void *>(address);
+            ranges.push_back({range.name, bytes});
+        }
+        params.device = ROPE_DEVICE_CUDA;
+    }
+
+    /// True when every copy still holds what the host buffer it came from holds.
+    bool unchanged(const RopeCall &call) {
+        rope_params host = call.params();
+        for (const auto &[name, bytes] : ranges) {
+            if (std::memcmp(pointer(params, name), pointer(host, name), bytes) != 0) {
+                return false;
+            }
+        }
+        return true;
+    }
+};
+
+CaseSpec q_only_cache_case() {
+    CaseSpec spec;
+    spec.head_dim = 128;
+    spec.k_heads = 0;
+    return spec;
+}
+
+// The stub itself: a valid call runs (so the failures below are the driver's, not the stub's).
+TEST(CudaStubDriver, AValidCallLaunchesKernels) {
+    RopeCall call(q_only_cache_case());
+    DeviceCall device(call);
+    rope_report report = rope_report_init();
+    const int before = launches();
+    EXPECT_EQ(rope_dispatch(&device.params, &report), ROPE_OK) << report.message;
+    EXPECT_GT(launches(), before);
+}
+
+// cuInit failing (CUDA_VISIBLE_DEVICES="", a container without GPUs) once deadlocked: the error's
+// name was looked up through the driver still being loaded, on the same std::call_once.
+TEST(CudaStubDriver, ACuInitFailureIsADeviceErrorNotAHang) {
+    ROPEGEN_STUB_FAILING("cuInit");
+    RopeCall call(q_only_cache_case());  // host pointers: the call fails before they are looked at
+    rope_params p = call.params();
+    p.device = ROPE_DEVICE_CUDA;
+    rope_report report = rope_report_init();
+    auto status = std::async(std::launch::async, [&] { return rope_dispatch(&p, &report); });
+    if (status.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+        std::fprintf(stderr, "rope_dispatch has not returned after 20 s: deadlocked loading the driver\n");
+        std::_Exit(1);  // the call's thread cannot be joined
+    }
+    EXPECT_EQ(status.get(), ROPE_ERR_DEVICE);
+    EXPECT_NE(std::string(report.message).find("cuInit failed with CUDA_ERROR_NO_DEVICE"), std::string::npos)
+        << report.message;
+    rope_report query = rope_report_init();
+    EXPECT_EQ(rope_query(&p, &query), ROPE_ERR_DEVICE);
+    EXPECT_STREQ(query.message, report.message);
+    EXPECT_TRUE(call.check_all_unchanged());
+    EXPECT_EQ(launches(), 0);
+}
+
+// A module that cannot load (out of device memory, a JIT failure, no binary for the GPU) once
+// aborted the process inside Halide's halide_cuda_run.
+TEST(CudaStubDriver, AModuleThatCannotLoadIsADeviceErrorAndLaunchesNothing) {
+    ROPEGEN_STUB_FAILING("cuModuleLoadDataEx");
+    RopeCall call(q_only_cache_case());
+    DeviceCall device(call);
+    for (int attempt = 0; attempt < 2; attempt++) {  // a failed load is not cached
+        rope_report report = rope_report_init();
+        EXPECT_EQ(rope_dispatch(&device.params, &report), ROPE_ERR_DEVICE) << "attempt " << attempt;
+        EXPECT_NE(std::string(report.message).find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << report.message;
+        EXPECT_NE(std::string(report.kernel).find("__cuda_sm86"), std::string::npos) << report.kernel;
+    }
+    EXPECT_EQ(launches(), 0);
+    EXPECT_TRUE(device.unchanged(call));
+}
+
+// Every context shares one address space, so a pointer of another context resolves, but the
+// call's context cannot reach that memory.
+TEST(CudaStubDriver, APointerOfAnotherContextIsRefused) {
+    RopeCall call(q_only_cache_case());
+    DeviceCall device(call);  // the primary context's memory
+    const int before = launches();
+    const auto create = stub<int (*)(void **, unsigned, int)>("cuCtxCreate_v2");
+    void *primary = nullptr, *engine = nullptr;
+    ASSERT_EQ(stub<int (*)(void **)>("cuCtxGetCurrent")(&primary), 0);
+    ASSERT_EQ(create(&engine, 0, 0), 0);  // current now: the call runs on it
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_dispatch(&device.params, &report), ROPE_ERR_BAD_POINTER);
+    EXPECT_NE(std::string(report.message).find("q="), std::string::npos) << report.message;
+    EXPECT_NE(std::string(report.message).find("another CUDA context"), std::string::npos) << report.message;
+    EXPECT_EQ(launches(), before);
+    EXPECT_TRUE(device.unchanged(call));
+    stub<int (*)(void *)>("cuCtxSetCurrent")(primary);
+}
+
+// The kernels index the positions with 32 bits: a table whose batch and seq spans each fit but
+// add up to 2^31 or more must be split (here into its two batch items: twice the launches).
+TEST(CudaStubDriver, APositionsTableSpanningTwoToThe31IsSplit) {
+    CaseSpec spec = q_only_cache_case();
+    spec.batch = 2;
+    spec.seq = 2;
+    spec.positions.mode = PositionMode::Table;
+    spec.positions.index_type = ROPE_INDEX_INT32;
+    spec.positions.values = {3, 5, 7, 9};
+    RopeCall call(spec);
+    DeviceCall device(call);
+    rope_report report = rope_report_init();
+    const int before = launches();
+    ASSERT_EQ(rope_dispatch(&device.params, &report), ROPE_OK) << report.message;
+    const int one_part = launches() - before;
+
+    const int64_t batch_stride = int64_t{1} << 30, seq_stride = batch_stride + 1;
+    const auto alloc = stub<int (*)(DevicePointer *, size_t)>("cuMemAlloc_v2");
+    DevicePointer table = 0;  // reserved, not committed: only the four entries are written
+    ASSERT_EQ(alloc(&table, static_cast<size_t>(batch_stride + seq_stride + 1) * 4), 0);
+    for (int64_t b = 0; b < 2; b++) {
+        for (int64_t s = 0; s < 2; s++) {
+            reinterpret_cast<int32_t *>(table)[b * batch_stride + s * seq_stride] = static_cast<int32_t>(spec.positions.values[b * 2 + s]);
+        }
+    }
+    rope_params p = device.params;
+    p.positions.data = reinterpret_cast<void *>(table);
+    p.positions.strides[0] = batch_stride;
+    p.positions.strides[1] = seq_stride;
+    ASSERT_EQ(rope_dispatch(&p, &report), ROPE_OK) << report.message;
+    EXPECT_EQ(launches() - before - one_part, 2 * one_part) << "one launch per batch item's slice";
+}
+
+}  // namespace
+}  // namespace ropegen::test

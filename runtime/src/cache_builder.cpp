@@ -80,11 +80,20 @@ rope_status check(const rope_cache_spec *spec, rope_report *report) {
         m << "spec.cache_row_stride=" << spec->cache_row_stride << " must be 0 or in [rotary_dim/2=" << pairs << ", 2^31)";
         return fail(report, ROPE_ERR_BAD_STRIDE, m.str());
     }
-    // Both tables' bytes, which must not overlap: [(len-1)*stride + pairs) elements each.
-    const uint64_t bytes = (static_cast<uint64_t>(spec->cache_len - 1) * row_stride + pairs) * dtype_bytes(spec->cache_dtype);
+    // Each table is cache_len rows of `pairs` elements, `row_stride` apart, so the two may
+    // interleave (vLLM's cos_sin_cache: sin_cache = cos_cache + R/2, row stride R). They share a
+    // byte exactly when their distance lies within a row's bytes of a row strides, 0 <= a < cache_len:
+    // the nearest such a are rows_apart and rows_apart + 1.
+    const uint64_t element = dtype_bytes(spec->cache_dtype), row_bytes = pairs * element,
+                   stride_bytes = row_stride * element, last_row = spec->cache_len - 1;
     const auto cos_first = reinterpret_cast<uintptr_t>(spec->cos_cache), sin_first = reinterpret_cast<uintptr_t>(spec->sin_cache);
-    if (cos_first < sin_first + bytes && sin_first < cos_first + bytes) {
-        return fail(report, ROPE_ERR_OVERLAP, "spec.cos_cache and spec.sin_cache overlap; they must be disjoint");
+    const uint64_t distance = cos_first > sin_first ? cos_first - sin_first : sin_first - cos_first;
+    const uint64_t rows_apart = distance / stride_bytes, into_row = distance % stride_bytes;
+    if ((rows_apart <= last_row && into_row < row_bytes) || (rows_apart < last_row && stride_bytes - into_row < row_bytes)) {
+        m << "spec.cos_cache and spec.sin_cache overlap: " << distance << " bytes apart, with cache_len=" << spec->cache_len
+          << " rows of rotary_dim/2=" << pairs << " values, a row every " << row_stride
+          << " elements, they share an element; they must be disjoint (their rows may interleave)";
+        return fail(report, ROPE_ERR_OVERLAP, m.str());
     }
     return ROPE_OK;
 }

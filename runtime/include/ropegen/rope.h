@@ -314,7 +314,8 @@ typedef struct rope_cache_spec {
     float attn_factor;        /**< folded into every value; 0 means 1 (YARN/LONGROPE: the derived factor) */
     rope_scaling scaling;     /**< spec §6; DYNAMIC and LONGROPE take the frequencies of a cache_len-token sequence */
     void *cos_cache;          /**< out: [cache_len][row_stride] of cache_dtype */
-    void *sin_cache;          /**< out: same shape, disjoint from cos_cache */
+    void *sin_cache;          /**< out: same shape, sharing no element with cos_cache; rows may interleave
+                                   (vLLM's cos_sin_cache: sin_cache = cos_cache + R/2, cache_row_stride R) */
     int64_t cache_len;        /**< rows: positions 0..cache_len-1, at most 2^31 */
     int64_t cache_row_stride; /**< elements between rows; 0 means R/2 */
     rope_dtype cache_dtype;   /**< f32, or a 16-bit dtype (each value the f32 one rounded once) */

@@ -112,14 +112,15 @@ extern "C" rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rop
     const rope_dtype dtype = spec->cache_dtype;
     const size_t element = dtype_bytes(dtype);
     const int64_t rotary = spec->rotary_dim, pairs = rotary / 2, rows = spec->cache_len;
+    auto out_of_memory = [&](size_t bytes, const std::string &what) {
+        return fail(report, ROPE_ERR_INTERNAL, "out of memory: could not allocate " + std::to_string(bytes) +
+                                                   " bytes of staging for " + what + "; nothing was written");
+    };
     std::vector<uint8_t> unit_row, staging;
     try {
         unit_row.assign(static_cast<size_t>(rotary) * element, 0);
-        staging.resize(static_cast<size_t>(rows * rotary) * element);
     } catch (const std::bad_alloc &) {
-        return fail(report, ROPE_ERR_INTERNAL,
-                    "out of memory: could not allocate " + std::to_string(rows * rotary * static_cast<int64_t>(element)) +
-                        " bytes of staging for cache_len=" + std::to_string(rows) + "; nothing was written");
+        return out_of_memory(static_cast<size_t>(rotary) * element, "spec.rotary_dim=" + std::to_string(rotary));
     }
     for (int64_t i = 0; i < pairs; i++) {
         store_one(dtype, &unit_row[static_cast<size_t>(i) * element]);  // x_i = 1, x_{i+P} = 0
@@ -127,18 +128,33 @@ extern "C" rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rop
 
     rope_params p = rope_params_init();
     p.style = ROPE_STYLE_HALF;
-    p.q = rope_tensor{unit_row.data(), dtype, {1, rows, 1, rotary}, {0, 0, 0, 1}};
-    p.q_out = rope_tensor{staging.data(), dtype, {1, rows, 1, rotary}, {rows * rotary, rotary, rotary, 1}};
     p.angles.source = spec->source;
     p.angles.base = spec->base;
     p.angles.attn_factor = spec->attn_factor;
     p.scaling = spec->scaling;
-    if (const rope_status status = rope_dispatch(&p, report); status != ROPE_OK) {
+    // Validated before the staging is allocated, so that bad arguments get their status, not
+    // out of memory: one token at the last row, in place on the unit row, meets every rule the
+    // rows do (the largest position; DYNAMIC and LONGROPE: the length cache_len).
+    rope_params last_row = p;
+    last_row.q = rope_tensor{unit_row.data(), dtype, {1, 1, 1, rotary}, {rotary, rotary, rotary, 1}};
+    last_row.q_out = last_row.q;
+    last_row.positions.offset = rows - 1;
+    if (const rope_status status = rope_query(&last_row, report); status != ROPE_OK) {
         // The only positions are the rows: a scaling's frequencies above 1 limit them.
         if (status == ROPE_ERR_POSITION_OUT_OF_RANGE && report != nullptr && report->struct_size >= sizeof(rope_report)) {
             set_report_message(report, "spec.cache_len=" + std::to_string(rows) + " (rows are positions 0.." +
                                            std::to_string(rows - 1) + "): " + report->message);
         }
+        return status;
+    }
+    try {
+        staging.resize(static_cast<size_t>(rows * rotary) * element);
+    } catch (const std::bad_alloc &) {
+        return out_of_memory(static_cast<size_t>(rows * rotary) * element, "spec.cache_len=" + std::to_string(rows));
+    }
+    p.q = rope_tensor{unit_row.data(), dtype, {1, rows, 1, rotary}, {0, 0, 0, 1}};
+    p.q_out = rope_tensor{staging.data(), dtype, {1, rows, 1, rotary}, {rows * rotary, rotary, rotary, 1}};
+    if (const rope_status status = rope_dispatch(&p, report); status != ROPE_OK) {
         return status;
     }
 

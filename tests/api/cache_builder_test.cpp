@@ -12,6 +12,7 @@
 
 #include "reference/rope_reference.h"
 #include "ropegen/rope.h"
+#include "support/sparse_buffer.h"
 
 namespace ropegen::test {
 namespace {
@@ -321,6 +322,32 @@ TEST(CacheBuilderValidation, TablesSharingOneElementAreRefused) {
             << report.message;
         EXPECT_EQ(buffer.values, std::vector<float>(64, 7.0f));
     }
+}
+
+// Arguments are validated before the staging of cache_len rows is allocated: a bad base or a
+// scaling's position limit is reported as such, not as out of memory (1 TiB of staging here).
+TEST(CacheBuilderValidation, LongCacheIsValidatedBeforeItsStagingIsAllocated) {
+    constexpr int64_t kRows = int64_t{1} << 31;
+    constexpr int kRotaryDim = 128;
+    SparseBuffer cos(static_cast<size_t>(kRows) * kRotaryDim / 2 * sizeof(float)), sin(cos.size());
+    if (cos.data() == nullptr || sin.data() == nullptr) {
+        GTEST_SKIP() << "could not reserve twice " << cos.size() << " bytes of address space";
+    }
+    rope_cache_spec s = rope_cache_spec_init();
+    s.source = ROPE_SOURCE_COMPAT;
+    s.rotary_dim = kRotaryDim;
+    s.cos_cache = cos.data();
+    s.sin_cache = sin.data();
+    s.cache_len = kRows;
+    s.base = 0.5;
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_build_cos_sin_cache(&s, &report), ROPE_ERR_BAD_VALUE) << report.message;
+
+    s.base = 0;
+    s.scaling.type = ROPE_SCALING_LINEAR;
+    s.scaling.factor = 1e-3f;  // inv_freq up to 1000: positions below about 2^22
+    EXPECT_EQ(rope_build_cos_sin_cache(&s, &report), ROPE_ERR_POSITION_OUT_OF_RANGE) << report.message;
+    EXPECT_NE(std::string(report.message).find("spec.cache_len=2147483648"), std::string::npos) << report.message;
 }
 
 }  // namespace

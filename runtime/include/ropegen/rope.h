@@ -334,7 +334,8 @@ static inline rope_cache_spec rope_cache_spec_init(void) {
  * computed by the same kernels, with the same numerics, as rope_dispatch() computes them for
  * `spec->source`; a call of the cache source with these tables (angles.cache_dtype = cache_dtype,
  * no attn_factor) then gives the results of the computed source, rounded to cache_dtype once.
- * CPU memory only. Validates like rope_dispatch(); on error writes nothing.
+ * CPU memory only. Validates like rope_dispatch(), then allocates its staging (cache_len x R
+ * values of cache_dtype; ROPE_ERR_INTERNAL if that fails); on error writes nothing.
  */
 rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rope_report *report);
 

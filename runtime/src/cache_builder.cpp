@@ -4,12 +4,15 @@
 // pair (x_i, x_{i+P}) = (1, 0) of every token to (c_i, s_i): one call over a cache_len-token
 // sequence whose input is a single unit row (token stride 0), written to a staging tensor whose
 // halves are then copied to the caller's tables.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <new>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "internal/enum_value.h"
@@ -98,6 +101,28 @@ rope_status check(const rope_cache_spec *spec, rope_report *report) {
     return ROPE_OK;
 }
 
+// A message of the inner call, which names rope_params fields, in the terms of the spec.
+std::string spec_message(const std::string &message, rope_status status, int64_t rows) {
+    static const std::pair<std::string_view, std::string_view> kFields[] = {
+        {"angles.", "spec."}, {"scaling.", "spec.scaling."}, {"rotary_dim", "spec.rotary_dim"}};
+    std::string out;
+    for (size_t i = 0; i < message.size();) {
+        const auto *field = std::find_if(std::begin(kFields), std::end(kFields),
+                                         [&](const auto &f) { return message.compare(i, f.first.size(), f.first) == 0; });
+        if (field != std::end(kFields)) {
+            out += field->second;
+            i += field->first.size();
+        } else {
+            out += message[i++];
+        }
+    }
+    // The only positions are the rows: a scaling's frequencies above 1 limit them.
+    if (status == ROPE_ERR_POSITION_OUT_OF_RANGE) {
+        return "spec.cache_len=" + std::to_string(rows) + " (rows are positions 0.." + std::to_string(rows - 1) + "): " + out;
+    }
+    return out;
+}
+
 }  // namespace
 }  // namespace ropegen
 
@@ -140,10 +165,8 @@ extern "C" rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rop
     last_row.q_out = last_row.q;
     last_row.positions.offset = rows - 1;
     if (const rope_status status = rope_query(&last_row, report); status != ROPE_OK) {
-        // The only positions are the rows: a scaling's frequencies above 1 limit them.
-        if (status == ROPE_ERR_POSITION_OUT_OF_RANGE && report != nullptr && report->struct_size >= sizeof(rope_report)) {
-            set_report_message(report, "spec.cache_len=" + std::to_string(rows) + " (rows are positions 0.." +
-                                           std::to_string(rows - 1) + "): " + report->message);
+        if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
+            set_report_message(report, spec_message(report->message, status, rows));
         }
         return status;
     }

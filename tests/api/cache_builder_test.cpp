@@ -246,7 +246,16 @@ TEST(CacheBuilderValidation, BadSpecsWriteNothing) {
         {ROPE_ERR_BAD_VALUE, "spec.cache_len=0", [](rope_cache_spec &s) { s.cache_len = 0; }},
         {ROPE_ERR_BAD_STRIDE, "spec.cache_row_stride=3", [](rope_cache_spec &s) { s.cache_row_stride = 3; }},
         {ROPE_ERR_OVERLAP, "overlap", [](rope_cache_spec &s) { s.sin_cache = static_cast<float *>(s.cos_cache) + 4; }},
-        {ROPE_ERR_BAD_VALUE, "scaling.factor", [](rope_cache_spec &s) { s.scaling.type = ROPE_SCALING_LINEAR; }},
+        // The rules rope_dispatch checks, named by the spec's fields.
+        {ROPE_ERR_BAD_VALUE, "spec.scaling.factor=0", [](rope_cache_spec &s) { s.scaling.type = ROPE_SCALING_LINEAR; }},
+        {ROPE_ERR_BAD_VALUE, "spec.base=0.5", [](rope_cache_spec &s) { s.base = 0.5; }},
+        {ROPE_ERR_BAD_VALUE, "spec.attn_factor=nan", [](rope_cache_spec &s) { s.attn_factor = NAN; }},
+        {ROPE_ERR_BAD_ROTARY, "spec.rotary_dim=2", [](rope_cache_spec &s) {
+             s.rotary_dim = 2;
+             s.scaling.type = ROPE_SCALING_DYNAMIC;
+             s.scaling.factor = 2;
+             s.scaling.original_max_positions = 4;
+         }},
         // inv_freq up to 2^29: angles stay below 2^32 only for rows below 8.
         {ROPE_ERR_POSITION_OUT_OF_RANGE, "spec.cache_len=16", [](rope_cache_spec &s) {
              s.scaling.type = ROPE_SCALING_LINEAR;
@@ -342,6 +351,7 @@ TEST(CacheBuilderValidation, LongCacheIsValidatedBeforeItsStagingIsAllocated) {
     s.base = 0.5;
     rope_report report = rope_report_init();
     EXPECT_EQ(rope_build_cos_sin_cache(&s, &report), ROPE_ERR_BAD_VALUE) << report.message;
+    EXPECT_NE(std::string(report.message).find("spec.base=0.5"), std::string::npos) << report.message;
 
     s.base = 0;
     s.scaling.type = ROPE_SCALING_LINEAR;

@@ -377,7 +377,8 @@ rope_isa rope_active_isa(void);
 
 /**
  * Threads of the library's own pool (Halide's). Default: ROPE_NUM_THREADS, else the number of
- * cores. Calls may ask for fewer with rope_params.num_threads.
+ * cores. The pool runs at most 256 threads (Halide's limit): a larger n, like a larger
+ * ROPE_NUM_THREADS or core count, gives 256. Calls may ask for fewer with rope_params.num_threads.
  * @return ROPE_OK or ROPE_ERR_BAD_VALUE (n < 1).
  */
 rope_status rope_set_num_threads(int n);

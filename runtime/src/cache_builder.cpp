@@ -128,6 +128,7 @@ std::string spec_message(const std::string &message, rope_status status, int64_t
 
 extern "C" rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rope_report *report) {
     using namespace ropegen;
+    ensure_initialized();  // reads the environment, like every entry point, also for a spec refused below
     if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
         *report = rope_report_init();
     }

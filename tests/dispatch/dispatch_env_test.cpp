@@ -64,7 +64,8 @@ TEST(NumThreadsEnvironment, SizesThePool) {
     const int threads = std::string(expected) == "default"
                             ? std::min(256, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())))
                             : std::atoi(expected);
-    rope_active_isa();  // the first call of the library reads the environment
+    // The first call of the library reads the environment, even one that refuses its arguments.
+    EXPECT_EQ(rope_build_cos_sin_cache(nullptr, nullptr), ROPE_ERR_NULL_POINTER);
     EXPECT_EQ(library_threads(), threads) << "ROPE_NUM_THREADS=\"" << value << "\"";
 }
 

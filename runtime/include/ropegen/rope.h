@@ -301,7 +301,9 @@ static inline rope_report rope_report_init(void) {
  * Validates `params`, picks the best kernel for the call and this CPU, and runs it.
  * @return ROPE_OK, or any ROPE_ERR_* status; on error no output byte was written.
  * Reads the environment variables ROPE_MAX_ISA and ROPE_NUM_THREADS once, at the first call of
- * any function of this library.
+ * any function of this library but rope_status_string(), rope_version_string(),
+ * rope_abi_version() and (in a library built without CUDA kernels) rope_cuda_release_context(),
+ * which read nothing.
  */
 rope_status rope_dispatch(const rope_params *params, rope_report *report);
 

@@ -4,12 +4,15 @@
 // pair (x_i, x_{i+P}) = (1, 0) of every token to (c_i, s_i): one call over a cache_len-token
 // sequence whose input is a single unit row (token stride 0), written to a staging tensor whose
 // halves are then copied to the caller's tables.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <new>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "internal/enum_value.h"
@@ -80,13 +83,44 @@ rope_status check(const rope_cache_spec *spec, rope_report *report) {
         m << "spec.cache_row_stride=" << spec->cache_row_stride << " must be 0 or in [rotary_dim/2=" << pairs << ", 2^31)";
         return fail(report, ROPE_ERR_BAD_STRIDE, m.str());
     }
-    // Both tables' bytes, which must not overlap: [(len-1)*stride + pairs) elements each.
-    const uint64_t bytes = (static_cast<uint64_t>(spec->cache_len - 1) * row_stride + pairs) * dtype_bytes(spec->cache_dtype);
+    // Each table is cache_len rows of `pairs` elements, `row_stride` apart, so the two may
+    // interleave (vLLM's cos_sin_cache: sin_cache = cos_cache + R/2, row stride R). They share a
+    // byte exactly when their distance lies within a row's bytes of a row strides, 0 <= a < cache_len:
+    // the nearest such a are rows_apart and rows_apart + 1.
+    const uint64_t element = dtype_bytes(spec->cache_dtype), row_bytes = pairs * element,
+                   stride_bytes = row_stride * element, last_row = spec->cache_len - 1;
     const auto cos_first = reinterpret_cast<uintptr_t>(spec->cos_cache), sin_first = reinterpret_cast<uintptr_t>(spec->sin_cache);
-    if (cos_first < sin_first + bytes && sin_first < cos_first + bytes) {
-        return fail(report, ROPE_ERR_OVERLAP, "spec.cos_cache and spec.sin_cache overlap; they must be disjoint");
+    const uint64_t distance = cos_first > sin_first ? cos_first - sin_first : sin_first - cos_first;
+    const uint64_t rows_apart = distance / stride_bytes, into_row = distance % stride_bytes;
+    if ((rows_apart <= last_row && into_row < row_bytes) || (rows_apart < last_row && stride_bytes - into_row < row_bytes)) {
+        m << "spec.cos_cache and spec.sin_cache overlap: " << distance << " bytes apart, with cache_len=" << spec->cache_len
+          << " rows of rotary_dim/2=" << pairs << " values, a row every " << row_stride
+          << " elements, they share an element; they must be disjoint (their rows may interleave)";
+        return fail(report, ROPE_ERR_OVERLAP, m.str());
     }
     return ROPE_OK;
+}
+
+// A message of the inner call, which names rope_params fields, in the terms of the spec.
+std::string spec_message(const std::string &message, rope_status status, int64_t rows) {
+    static const std::pair<std::string_view, std::string_view> kFields[] = {
+        {"angles.", "spec."}, {"scaling.", "spec.scaling."}, {"rotary_dim", "spec.rotary_dim"}};
+    std::string out;
+    for (size_t i = 0; i < message.size();) {
+        const auto *field = std::find_if(std::begin(kFields), std::end(kFields),
+                                         [&](const auto &f) { return message.compare(i, f.first.size(), f.first) == 0; });
+        if (field != std::end(kFields)) {
+            out += field->second;
+            i += field->first.size();
+        } else {
+            out += message[i++];
+        }
+    }
+    // The only positions are the rows: a scaling's frequencies above 1 limit them.
+    if (status == ROPE_ERR_POSITION_OUT_OF_RANGE) {
+        return "spec.cache_len=" + std::to_string(rows) + " (rows are positions 0.." + std::to_string(rows - 1) + "): " + out;
+    }
+    return out;
 }
 
 }  // namespace
@@ -94,6 +128,7 @@ rope_status check(const rope_cache_spec *spec, rope_report *report) {
 
 extern "C" rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rope_report *report) {
     using namespace ropegen;
+    ensure_initialized();  // reads the environment, like every entry point, also for a spec refused below
     if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
         *report = rope_report_init();
     }
@@ -103,14 +138,15 @@ extern "C" rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rop
     const rope_dtype dtype = spec->cache_dtype;
     const size_t element = dtype_bytes(dtype);
     const int64_t rotary = spec->rotary_dim, pairs = rotary / 2, rows = spec->cache_len;
+    auto out_of_memory = [&](size_t bytes, const std::string &what) {
+        return fail(report, ROPE_ERR_INTERNAL, "out of memory: could not allocate " + std::to_string(bytes) +
+                                                   " bytes of staging for " + what + "; nothing was written");
+    };
     std::vector<uint8_t> unit_row, staging;
     try {
         unit_row.assign(static_cast<size_t>(rotary) * element, 0);
-        staging.resize(static_cast<size_t>(rows * rotary) * element);
     } catch (const std::bad_alloc &) {
-        return fail(report, ROPE_ERR_INTERNAL,
-                    "out of memory: could not allocate " + std::to_string(rows * rotary * static_cast<int64_t>(element)) +
-                        " bytes of staging for cache_len=" + std::to_string(rows) + "; nothing was written");
+        return out_of_memory(static_cast<size_t>(rotary) * element, "spec.rotary_dim=" + std::to_string(rotary));
     }
     for (int64_t i = 0; i < pairs; i++) {
         store_one(dtype, &unit_row[static_cast<size_t>(i) * element]);  // x_i = 1, x_{i+P} = 0
@@ -118,18 +154,31 @@ extern "C" rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rop
 
     rope_params p = rope_params_init();
     p.style = ROPE_STYLE_HALF;
-    p.q = rope_tensor{unit_row.data(), dtype, {1, rows, 1, rotary}, {0, 0, 0, 1}};
-    p.q_out = rope_tensor{staging.data(), dtype, {1, rows, 1, rotary}, {rows * rotary, rotary, rotary, 1}};
     p.angles.source = spec->source;
     p.angles.base = spec->base;
     p.angles.attn_factor = spec->attn_factor;
     p.scaling = spec->scaling;
-    if (const rope_status status = rope_dispatch(&p, report); status != ROPE_OK) {
-        // The only positions are the rows: a scaling's frequencies above 1 limit them.
-        if (status == ROPE_ERR_POSITION_OUT_OF_RANGE && report != nullptr && report->struct_size >= sizeof(rope_report)) {
-            set_report_message(report, "spec.cache_len=" + std::to_string(rows) + " (rows are positions 0.." +
-                                           std::to_string(rows - 1) + "): " + report->message);
+    // Validated before the staging is allocated, so that bad arguments get their status, not
+    // out of memory: one token at the last row, in place on the unit row, meets every rule the
+    // rows do (the largest position; DYNAMIC and LONGROPE: the length cache_len).
+    rope_params last_row = p;
+    last_row.q = rope_tensor{unit_row.data(), dtype, {1, 1, 1, rotary}, {rotary, rotary, rotary, 1}};
+    last_row.q_out = last_row.q;
+    last_row.positions.offset = rows - 1;
+    if (const rope_status status = rope_query(&last_row, report); status != ROPE_OK) {
+        if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
+            set_report_message(report, spec_message(report->message, status, rows));
         }
+        return status;
+    }
+    try {
+        staging.resize(static_cast<size_t>(rows * rotary) * element);
+    } catch (const std::bad_alloc &) {
+        return out_of_memory(static_cast<size_t>(rows * rotary) * element, "spec.cache_len=" + std::to_string(rows));
+    }
+    p.q = rope_tensor{unit_row.data(), dtype, {1, rows, 1, rotary}, {0, 0, 0, 1}};
+    p.q_out = rope_tensor{staging.data(), dtype, {1, rows, 1, rotary}, {rows * rotary, rotary, rotary, 1}};
+    if (const rope_status status = rope_dispatch(&p, report); status != ROPE_OK) {
         return status;
     }
 

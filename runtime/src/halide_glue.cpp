@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -374,9 +375,16 @@ void ensure_initialized() {
 #endif
         init_isa_cap_from_environment();
         // ROPE_NUM_THREADS, else Halide's default (0: HL_NUM_THREADS, else the CPU count), set
-        // now: until its pool starts, Halide reports 0 threads to library_threads().
+        // now: until its pool starts, Halide reports 0 threads to library_threads(). Only a
+        // whole value that is an int n > 0 counts: atoi would read "3abc" as 3 and "1e2" as 1.
         const char *threads = std::getenv("ROPE_NUM_THREADS");
-        const int n = threads != nullptr ? std::atoi(threads) : 0;
+        int n = 0;
+        if (threads != nullptr) {
+            const char *end = threads + std::strlen(threads);
+            if (const auto [last, error] = std::from_chars(threads, end, n); error != std::errc() || last != end) {
+                n = 0;
+            }
+        }
         const tsan::PoolScope in_pool;  // takes the pool's lock
         halide_set_num_threads(n > 0 ? n : 0);
         return true;

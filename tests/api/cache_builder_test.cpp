@@ -12,6 +12,7 @@
 
 #include "reference/rope_reference.h"
 #include "ropegen/rope.h"
+#include "support/sparse_buffer.h"
 
 namespace ropegen::test {
 namespace {
@@ -245,7 +246,16 @@ TEST(CacheBuilderValidation, BadSpecsWriteNothing) {
         {ROPE_ERR_BAD_VALUE, "spec.cache_len=0", [](rope_cache_spec &s) { s.cache_len = 0; }},
         {ROPE_ERR_BAD_STRIDE, "spec.cache_row_stride=3", [](rope_cache_spec &s) { s.cache_row_stride = 3; }},
         {ROPE_ERR_OVERLAP, "overlap", [](rope_cache_spec &s) { s.sin_cache = static_cast<float *>(s.cos_cache) + 4; }},
-        {ROPE_ERR_BAD_VALUE, "scaling.factor", [](rope_cache_spec &s) { s.scaling.type = ROPE_SCALING_LINEAR; }},
+        // The rules rope_dispatch checks, named by the spec's fields.
+        {ROPE_ERR_BAD_VALUE, "spec.scaling.factor=0", [](rope_cache_spec &s) { s.scaling.type = ROPE_SCALING_LINEAR; }},
+        {ROPE_ERR_BAD_VALUE, "spec.base=0.5", [](rope_cache_spec &s) { s.base = 0.5; }},
+        {ROPE_ERR_BAD_VALUE, "spec.attn_factor=nan", [](rope_cache_spec &s) { s.attn_factor = NAN; }},
+        {ROPE_ERR_BAD_ROTARY, "spec.rotary_dim=2", [](rope_cache_spec &s) {
+             s.rotary_dim = 2;
+             s.scaling.type = ROPE_SCALING_DYNAMIC;
+             s.scaling.factor = 2;
+             s.scaling.original_max_positions = 4;
+         }},
         // inv_freq up to 2^29: angles stay below 2^32 only for rows below 8.
         {ROPE_ERR_POSITION_OUT_OF_RANGE, "spec.cache_len=16", [](rope_cache_spec &s) {
              s.scaling.type = ROPE_SCALING_LINEAR;
@@ -261,6 +271,93 @@ TEST(CacheBuilderValidation, BadSpecsWriteNothing) {
         EXPECT_EQ(cos, std::vector<float>(64, 7.0f));
         EXPECT_EQ(sin, std::vector<float>(64, 7.0f));
     }
+}
+
+// Both tables in one buffer, rows of R/2 values every 8 elements, sin_cache `distance` elements
+// after cos_cache (before it when negative).
+struct SharedBuffer {
+    static constexpr int kRotary = 8, kStride = 8, kLen = 4;
+    std::vector<float> values = std::vector<float>(64, 7.0f);
+
+    rope_cache_spec spec(int distance) {
+        rope_cache_spec s = rope_cache_spec_init();
+        s.source = ROPE_SOURCE_COMPAT;
+        s.rotary_dim = kRotary;
+        s.cache_len = kLen;
+        s.cache_row_stride = kStride;
+        s.cos_cache = values.data() + (distance < 0 ? -distance : 0);
+        s.sin_cache = values.data() + (distance < 0 ? 0 : distance);
+        return s;
+    }
+};
+
+// Interleaved rows are disjoint tables (vLLM's cos_sin_cache: [cos | sin] per row, distance R/2),
+// and so is a sin table that starts past cos's last row: each gets the values of separate tables.
+TEST(CacheBuilderLayout, TablesInterleavedInOneBufferGetTheirValues) {
+    constexpr int kPairs = SharedBuffer::kRotary / 2;
+    std::vector<float> cos(SharedBuffer::kLen * kPairs), sin(cos.size());
+    rope_cache_spec separate = SharedBuffer().spec(0);
+    separate.cos_cache = cos.data();
+    separate.sin_cache = sin.data();
+    separate.cache_row_stride = 0;
+    rope_report report = rope_report_init();
+    ASSERT_EQ(rope_build_cos_sin_cache(&separate, &report), ROPE_OK) << report.message;
+    for (int distance : {4, -4, 12, -12, 28, -28, 29, -29}) {
+        SCOPED_TRACE(distance);
+        SharedBuffer buffer;
+        const rope_cache_spec s = buffer.spec(distance);
+        ASSERT_EQ(rope_build_cos_sin_cache(&s, &report), ROPE_OK) << report.message;
+        for (int m = 0; m < SharedBuffer::kLen; m++) {
+            for (int i = 0; i < kPairs; i++) {
+                EXPECT_EQ(static_cast<const float *>(s.cos_cache)[m * SharedBuffer::kStride + i], cos[m * kPairs + i]);
+                EXPECT_EQ(static_cast<const float *>(s.sin_cache)[m * SharedBuffer::kStride + i], sin[m * kPairs + i]);
+            }
+        }
+    }
+}
+
+// One shared element is an overlap, found at each end of the tables: cos row 0's last value is
+// sin row 0's first (distance 3), cos row 1's first is sin row 0's last (5), cos row 1's last is
+// sin row 0's first (11), cos row 3's first is sin row 0's last (21), and cos row 3's last is sin
+// row 0's first (27); and the same with the tables swapped.
+TEST(CacheBuilderValidation, TablesSharingOneElementAreRefused) {
+    for (int distance : {3, -3, 5, -5, 11, -11, 21, -21, 27, -27}) {
+        SCOPED_TRACE(distance);
+        SharedBuffer buffer;
+        const rope_cache_spec s = buffer.spec(distance);
+        rope_report report = rope_report_init();
+        EXPECT_EQ(rope_build_cos_sin_cache(&s, &report), ROPE_ERR_OVERLAP);
+        EXPECT_NE(std::string(report.message).find("spec.cos_cache and spec.sin_cache overlap"), std::string::npos)
+            << report.message;
+        EXPECT_EQ(buffer.values, std::vector<float>(64, 7.0f));
+    }
+}
+
+// Arguments are validated before the staging of cache_len rows is allocated: a bad base or a
+// scaling's position limit is reported as such, not as out of memory (1 TiB of staging here).
+TEST(CacheBuilderValidation, LongCacheIsValidatedBeforeItsStagingIsAllocated) {
+    constexpr int64_t kRows = int64_t{1} << 31;
+    constexpr int kRotaryDim = 128;
+    SparseBuffer cos(static_cast<size_t>(kRows) * kRotaryDim / 2 * sizeof(float)), sin(cos.size());
+    if (cos.data() == nullptr || sin.data() == nullptr) {
+        GTEST_SKIP() << "could not reserve twice " << cos.size() << " bytes of address space";
+    }
+    rope_cache_spec s = rope_cache_spec_init();
+    s.source = ROPE_SOURCE_COMPAT;
+    s.rotary_dim = kRotaryDim;
+    s.cos_cache = cos.data();
+    s.sin_cache = sin.data();
+    s.cache_len = kRows;
+    s.base = 0.5;
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_build_cos_sin_cache(&s, &report), ROPE_ERR_BAD_VALUE) << report.message;
+    EXPECT_NE(std::string(report.message).find("spec.base=0.5"), std::string::npos) << report.message;
+
+    s.base = 0;
+    s.scaling.type = ROPE_SCALING_LINEAR;
+    s.scaling.factor = 1e-3f;  // inv_freq up to 1000: positions below about 2^22
+    EXPECT_EQ(rope_build_cos_sin_cache(&s, &report), ROPE_ERR_POSITION_OUT_OF_RANGE) << report.message;
+    EXPECT_NE(std::string(report.message).find("spec.cache_len=2147483648"), std::string::npos) << report.message;
 }
 
 }  // namespace

@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// ROPE_MAX_ISA, read once at the first call of the library. ctest runs this program with the
-// variable set to several values (see tests/CMakeLists.txt); each run checks the cap it implies.
+// ROPE_MAX_ISA and ROPE_NUM_THREADS, read once at the first call of the library. ctest runs this
+// program with each variable set to several values (see tests/CMakeLists.txt); each run checks
+// what its value implies.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
+#include "internal/runtime_state.h"
 #include "support/kernels.h"
 #include "support/rope_case.h"
 
@@ -45,6 +49,24 @@ TEST(MaxIsaEnvironment, CapsTheDispatcher) {
     // rope_set_max_isa() overrides the variable.
     ASSERT_EQ(rope_set_max_isa(ROPE_ISA_NONE), ROPE_OK);
     EXPECT_EQ(rope_active_isa(), detected_isa());
+}
+
+// ctest gives the pool size the value implies in ROPEGEN_EXPECTED_THREADS: a number, or
+// "default" for a value that is ignored (Halide's default: the CPU count, at most 256).
+TEST(NumThreadsEnvironment, SizesThePool) {
+    const char *value = std::getenv("ROPE_NUM_THREADS"), *expected = std::getenv("ROPEGEN_EXPECTED_THREADS");
+    if (value == nullptr || expected == nullptr) {
+        GTEST_SKIP() << "ROPE_NUM_THREADS or ROPEGEN_EXPECTED_THREADS is not set; ctest runs this program with both set";
+    }
+    if (std::string(expected) == "default" && std::getenv("HL_NUM_THREADS") != nullptr) {
+        GTEST_SKIP() << "HL_NUM_THREADS is set: Halide's default is not the CPU count";
+    }
+    const int threads = std::string(expected) == "default"
+                            ? std::min(256, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())))
+                            : std::atoi(expected);
+    // The first call of the library reads the environment, even one that refuses its arguments.
+    EXPECT_EQ(rope_build_cos_sin_cache(nullptr, nullptr), ROPE_ERR_NULL_POINTER);
+    EXPECT_EQ(library_threads(), threads) << "ROPE_NUM_THREADS=\"" << value << "\"";
 }
 
 }  // namespace

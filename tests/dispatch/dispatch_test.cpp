@@ -13,8 +13,10 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "internal/runtime_state.h"
 #include "support/kernels.h"
 #include "support/rope_case.h"
 
@@ -341,6 +343,16 @@ TEST_F(ThreadingTest, SetNumThreadsGivesIdenticalResults) {
 TEST(Threads, SetNumThreadsRejectsBelowOne) {
     EXPECT_EQ(rope_set_num_threads(0), ROPE_ERR_BAD_VALUE);
     EXPECT_EQ(rope_set_num_threads(-4), ROPE_ERR_BAD_VALUE);
+}
+
+// Halide's pool runs at most 256 threads (its runtime's MAX_THREADS): more is that many, as
+// rope.h says.
+TEST(Threads, SetNumThreadsAboveTheCapGivesTheCap) {
+    for (const auto &[asked, got] : {std::pair{3, 3}, std::pair{256, 256}, std::pair{1000, 256}}) {
+        ASSERT_EQ(rope_set_num_threads(asked), ROPE_OK);
+        EXPECT_EQ(library_threads(), got) << "rope_set_num_threads(" << asked << ")";
+    }
+    rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 }
 
 /// An engine pool that runs a loop's tasks on two threads of its own, in reverse order (the

@@ -7,8 +7,9 @@
  *
  * Rules of this ABI:
  *  - Status values and struct fields are only ever appended. Every struct that grows carries its
- *    own size (struct_size); the library reads no byte past it and rejects a size it does not
- *    know with ROPE_ERR_ABI_MISMATCH.
+ *    own size (struct_size); the library reads no byte past it and rejects a rope_params or
+ *    rope_cache_spec size it does not know with ROPE_ERR_ABI_MISMATCH. A rope_report smaller
+ *    than the library's is not written at all; the call still returns its status.
  *  - Nothing aborts, prints, or throws. A failed call returns a status, writes a message naming
  *    the argument, its value and the rule into the caller's rope_report (when one is given) and
  *    leaves every output buffer untouched: all arguments are validated, positions included,
@@ -41,12 +42,15 @@ typedef enum rope_status {
     ROPE_OK = 0,
     ROPE_ERR_NULL_POINTER = 1,      /**< a required pointer (params, tensor data, table) is NULL */
     ROPE_ERR_BAD_ENUM = 2,          /**< an enum field holds a value this library does not know */
-    ROPE_ERR_DTYPE_MISMATCH = 3,    /**< q, k and the outputs do not share one dtype */
+    ROPE_ERR_DTYPE_MISMATCH = 3,    /**< q, k and the outputs do not share one dtype, or a cache_dtype is
+                                         neither f32 nor theirs */
     ROPE_ERR_BAD_HEAD_DIM = 4,      /**< head_dim not even, not positive, or not shared by all tensors */
-    ROPE_ERR_BAD_ROTARY = 5,        /**< rotary_dim / rotary_offset break 2 <= R <= D, R even, o + R <= D */
+    ROPE_ERR_BAD_ROTARY = 5,        /**< rotary_dim / rotary_offset break 2 <= R <= D, R even, o + R <= D
+                                         (DYNAMIC scaling: 4 <= R) */
     ROPE_ERR_BAD_SHAPE = 6,         /**< a size is negative or tensors disagree on batch/seq sizes */
     ROPE_ERR_SIZE_OVERFLOW = 7,     /**< an element or byte count overflows 64 bits */
-    ROPE_ERR_BAD_STRIDE = 8,        /**< the head_dim stride is not 1, or a stride is negative */
+    ROPE_ERR_BAD_STRIDE = 8,        /**< the head_dim stride is not 1, a stride is negative, or a
+                                         cache_row_stride or mrope.stream_stride is out of its range */
     ROPE_ERR_POSITION_OUT_OF_RANGE = 9, /**< a position is negative, not below cache_len or 2^31, or (computed
                                              sources) makes position x |inv_freq| reach 2^32 (spec §5) */
     ROPE_ERR_OVERLAP = 10,          /**< an output partially overlaps an input or another output */
@@ -137,7 +141,8 @@ typedef struct rope_positions {
     rope_positions_kind kind;
     rope_index_type index_type;  /**< type of `data` */
     const void *data;            /**< TABLE: [batch][seq]; OFFSET: [batch] offsets, or NULL */
-    int64_t strides[2];          /**< element strides of data: [batch, seq] (OFFSET uses [0]) */
+    int64_t strides[2];          /**< element strides of data: [batch, seq] (OFFSET uses [0]); >= 0, and 0
+                                      broadcasts (strides[0] = 0: every batch item reads entry 0) */
     int64_t offset;              /**< OFFSET with data == NULL: the offset of every batch item */
 } rope_positions;
 
@@ -145,7 +150,8 @@ typedef struct rope_positions {
 typedef enum rope_scaling_type {
     ROPE_SCALING_NONE = 0,      /**< "default": inv_freq from base (spec §1) */
     ROPE_SCALING_LINEAR = 1,    /**< inv_freq / factor */
-    ROPE_SCALING_DYNAMIC = 2,   /**< NTK: a sequence longer than original_max_positions gets a larger base */
+    ROPE_SCALING_DYNAMIC = 2,   /**< NTK: a sequence longer than original_max_positions gets a larger base;
+                                     rotary_dim >= 4 (else ROPE_ERR_BAD_ROTARY) */
     ROPE_SCALING_YARN = 3,      /**< interpolation ramped between beta_fast and beta_slow, plus an attention factor */
     ROPE_SCALING_LONGROPE = 4,  /**< per-pair short_factor, or long_factor for a sequence longer than original_max_positions */
     ROPE_SCALING_LLAMA3 = 5,    /**< Llama 3.1: low frequencies / factor, high ones kept, smooth in between */
@@ -184,7 +190,8 @@ typedef struct rope_scaling {
  */
 typedef struct rope_mrope {
     int32_t sections[3];    /**< pairs of each stream, summing to rotary_dim/2 */
-    int64_t stream_stride;  /**< elements between the streams of positions.data ([stream][batch][seq]) */
+    int64_t stream_stride;  /**< elements between the streams of positions.data ([stream][batch][seq]);
+                                 in [0, 2^30) (else ROPE_ERR_BAD_STRIDE) */
 } rope_mrope;
 
 /**
@@ -203,8 +210,9 @@ typedef struct rope_angles {
     const void *cos_cache;    /**< CACHE: [cache_len][row_stride] of cache_dtype, first R/2 values of a row used */
     const void *sin_cache;    /**< CACHE: same shape and dtype as cos_cache */
     int64_t cache_len;        /**< CACHE: rows in each table; every position must be below it */
-    int64_t cache_row_stride; /**< CACHE: elements between rows; 0 means R/2 */
-    rope_dtype cache_dtype;   /**< CACHE: f32 (0, the default) or the tensors' dtype */
+    int64_t cache_row_stride; /**< CACHE: elements between rows; 0 means R/2, else in [R/2, 2^31)
+                                   (else ROPE_ERR_BAD_STRIDE) */
+    rope_dtype cache_dtype;   /**< CACHE: f32 (0, the default) or the tensors' dtype (another: ROPE_ERR_DTYPE_MISMATCH) */
     double base;              /**< COMPAT/PRECISE: theta; 0 means 10000 */
     float attn_factor;        /**< COMPAT/PRECISE: scales cos and sin; 0 means 1 */
 } rope_angles;
@@ -285,7 +293,9 @@ static inline rope_params rope_params_init(void) {
 
 /** What a call did or would do: caller-owned, so no thread-local state. */
 typedef struct rope_report {
-    uint32_t struct_size;     /**< sizeof(rope_report) as the caller compiled it */
+    uint32_t struct_size;     /**< sizeof(rope_report) as the caller compiled it; below the library's
+                                   (0 included) the report is not written, and the call still returns
+                                   its status */
     rope_status status;       /**< the status the call returned */
     char message[256];        /**< empty on success; else names argument, value and rule */
     char kernel[96];          /**< the kernel that ran (or would run) */
@@ -303,7 +313,9 @@ static inline rope_report rope_report_init(void) {
  * Validates `params`, picks the best kernel for the call and this CPU, and runs it.
  * @return ROPE_OK, or any ROPE_ERR_* status; on error no output byte was written.
  * Reads the environment variables ROPE_MAX_ISA and ROPE_NUM_THREADS once, at the first call of
- * any function of this library.
+ * any function of this library but rope_status_string(), rope_version_string(),
+ * rope_abi_version() and (in a library built without CUDA kernels) rope_cuda_release_context(),
+ * which read nothing.
  */
 rope_status rope_dispatch(const rope_params *params, rope_report *report);
 
@@ -316,9 +328,10 @@ typedef struct rope_cache_spec {
     float attn_factor;        /**< folded into every value; 0 means 1 (YARN/LONGROPE: the derived factor) */
     rope_scaling scaling;     /**< spec §6; DYNAMIC and LONGROPE take the frequencies of a cache_len-token sequence */
     void *cos_cache;          /**< out: [cache_len][row_stride] of cache_dtype */
-    void *sin_cache;          /**< out: same shape, disjoint from cos_cache */
+    void *sin_cache;          /**< out: same shape, sharing no element with cos_cache; rows may interleave
+                                   (vLLM's cos_sin_cache: sin_cache = cos_cache + R/2, cache_row_stride R) */
     int64_t cache_len;        /**< rows: positions 0..cache_len-1, at most 2^31 */
-    int64_t cache_row_stride; /**< elements between rows; 0 means R/2 */
+    int64_t cache_row_stride; /**< elements between rows; 0 means R/2, else in [R/2, 2^31) (else ROPE_ERR_BAD_STRIDE) */
     rope_dtype cache_dtype;   /**< f32, or a 16-bit dtype (each value the f32 one rounded once) */
 } rope_cache_spec;
 
@@ -335,7 +348,8 @@ static inline rope_cache_spec rope_cache_spec_init(void) {
  * computed by the same kernels, with the same numerics, as rope_dispatch() computes them for
  * `spec->source`; a call of the cache source with these tables (angles.cache_dtype = cache_dtype,
  * no attn_factor) then gives the results of the computed source, rounded to cache_dtype once.
- * CPU memory only. Validates like rope_dispatch(); on error writes nothing.
+ * CPU memory only. Validates like rope_dispatch(), then allocates its staging (cache_len x R
+ * values of cache_dtype; ROPE_ERR_INTERNAL if that fails); on error writes nothing.
  */
 rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rope_report *report);
 
@@ -364,8 +378,9 @@ rope_status rope_cuda_release_context(void *context);
 
 /**
  * Caps the instruction-set level the dispatcher may use (ROPE_ISA_NONE removes the cap).
- * Overrides ROPE_MAX_ISA=avx512|avx2|sse41 (x86-64) or neon_fp16|neon (aarch64); a name of
- * another architecture or an unknown name leaves the cap off. Takes effect for calls that start
+ * Overrides ROPE_MAX_ISA=avx512|avx2|sse41 (x86-64) or neon_fp16|neon (aarch64), one of these
+ * lower-case names exactly; a name of another architecture or any other value ("AVX2", " avx2")
+ * leaves the cap off. Takes effect for calls that start
  * after it returns.
  * @return ROPE_OK; ROPE_ERR_UNSUPPORTED for a level of another architecture; ROPE_ERR_BAD_ENUM
  *         for a value that is no rope_isa.
@@ -377,7 +392,8 @@ rope_isa rope_active_isa(void);
 
 /**
  * Threads of the library's own pool (Halide's). Default: ROPE_NUM_THREADS, else the number of
- * cores. Calls may ask for fewer with rope_params.num_threads.
+ * cores. The pool runs at most 256 threads (Halide's limit): a larger n, like a larger
+ * ROPE_NUM_THREADS or core count, gives 256. Calls may ask for fewer with rope_params.num_threads.
  * @return ROPE_OK or ROPE_ERR_BAD_VALUE (n < 1).
  */
 rope_status rope_set_num_threads(int n);

@@ -53,11 +53,12 @@ typedef enum rope_status {
                                          cache_row_stride or mrope.stream_stride is out of its range */
     ROPE_ERR_POSITION_OUT_OF_RANGE = 9, /**< a position is negative, not below cache_len or 2^31, or (computed
                                              sources) makes position x |inv_freq| reach 2^32 (spec §5) */
-    ROPE_ERR_OVERLAP = 10,          /**< an output partially overlaps an input or another output */
+    ROPE_ERR_OVERLAP = 10,          /**< an output partially overlaps an input or another output, or a table the call reads */
     ROPE_ERR_BAD_VALUE = 11,        /**< a scalar (base, attn_factor, cache_len, num_threads, a scaling parameter) is invalid */
     ROPE_ERR_ABI_MISMATCH = 12,     /**< struct_size or abi_version not understood */
-    ROPE_ERR_UNSUPPORTED = 13,      /**< valid, but no kernel built for it runs on this CPU (or, from
-                                         rope_set_max_isa, a level of another architecture) */
+    ROPE_ERR_UNSUPPORTED = 13,      /**< valid, but no kernel built for it runs on this CPU, or the kernels
+                                         cannot take the combination (README: status table); from
+                                         rope_set_max_isa, a level of another architecture */
     ROPE_ERR_INTERNAL = 14,         /**< a generated kernel failed; the message has Halide's text */
     ROPE_ERR_DEVICE = 15,           /**< CUDA: no driver, no device or context, or the driver failed
                                          (a launch included); the message has CUDA's error name */

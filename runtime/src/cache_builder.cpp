@@ -165,7 +165,7 @@ extern "C" rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rop
     last_row.q = rope_tensor{unit_row.data(), dtype, {1, 1, 1, rotary}, {rotary, rotary, rotary, 1}};
     last_row.q_out = last_row.q;
     last_row.positions.offset = rows - 1;
-    if (const rope_status status = rope_query(&last_row, report); status != ROPE_OK) {
+    if (const rope_status status = dispatch(&last_row, report, false); status != ROPE_OK) {
         if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
             set_report_message(report, spec_message(report->message, status, rows));
         }
@@ -178,7 +178,7 @@ extern "C" rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rop
     }
     p.q = rope_tensor{unit_row.data(), dtype, {1, rows, 1, rotary}, {0, 0, 0, 1}};
     p.q_out = rope_tensor{staging.data(), dtype, {1, rows, 1, rotary}, {rows * rotary, rotary, rotary, 1}};
-    if (const rope_status status = rope_dispatch(&p, report); status != ROPE_OK) {
+    if (const rope_status status = dispatch(&p, report, true); status != ROPE_OK) {
         return status;
     }
 

@@ -720,6 +720,8 @@ std::string no_kernel_message(const Target &target) {
            "; check ROPEGEN_ISAS/ROPEGEN_DTYPES of the build and ROPE_MAX_ISA";
 }
 
+}  // namespace
+
 rope_status dispatch(const rope_params *params, rope_report *report, bool execute) {
     ValidCall call;
     rope_status status = begin(params, report, &call);
@@ -738,8 +740,6 @@ rope_status dispatch(const rope_params *params, rope_report *report, bool execut
     set_report_kernel(report, kernel->name);
     return execute ? run_call(*kernel, call, cuda, report) : finish(report, ROPE_OK, "");
 }
-
-}  // namespace
 
 rope_status run_kernel(const KernelEntry &kernel, const rope_params *params, rope_report *report) {
     ValidCall call;

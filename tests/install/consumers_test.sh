@@ -3,8 +3,9 @@
 #   consumers_test.sh <build dir> <source dir> <cmake> <Halide_DIR>
 # installs <build dir> into a fresh prefix, checks what the libraries export, then builds and
 # runs out-of-tree consumers against the prefix: README.md's C example and a C++ engine
-# (find_package, static), a C program (pkg-config, shared), and an engine with its own Halide
-# pipeline (find_package, static: two Halide runtimes in one binary). Any failure fails the test.
+# (find_package, static), a C program (pkg-config, shared), a host exporting rope_* of its own that
+# loads libropegen.so, and an engine with its own Halide pipeline (find_package, static: two Halide
+# runtimes in one binary). Any failure fails the test.
 set -euo pipefail
 build="$(realpath "$1")" source_dir="$(realpath "$2")" cmake="$3" halide_dir="$4"
 here="$source_dir/tests/install"
@@ -52,6 +53,11 @@ cc -std=c99 -Wall -Wextra -Werror $(pkg-config --cflags ropegen) "$here/shared_p
     $(pkg-config --libs ropegen) -lm -Wl,-rpath,"$(pkg-config --variable=libdir ropegen)" -o "$work/shared_consumer"
 readelf -d "$work/shared_consumer" | grep -q 'NEEDED.*\[libropegen.so.1\]' || { echo "not linked to libropegen.so.1"; exit 1; }
 "$work/shared_consumer"
+
+echo "--- interposing_host (dlopen of libropegen.so by a host exporting rope_* of its own)"
+cc -std=c99 -Wall -Wextra -Werror -I"$prefix/include" "$here/interposing_host/host.c" -rdynamic -ldl \
+    -o "$work/interposing_host"
+"$work/interposing_host" "$libdir/libropegen.so.1"
 
 run_cmake_consumer halide_pipeline -DHalide_DIR="$halide_dir" -DHalideHelpers_DIR="$halide_dir/../HalideHelpers"
 "$work/halide_pipeline/halide_consumer"

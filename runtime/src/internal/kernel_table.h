@@ -94,4 +94,9 @@ inline bool kernel_matches(const KernelEntry &kernel, const rope_params &params)
 /// that cover every kernel, not only the best one.
 rope_status run_kernel(const KernelEntry &kernel, const rope_params *params, rope_report *report);
 
+/// rope_dispatch() (`execute`) or rope_query(), for the library's own callers (the cache
+/// builder): a call through the exported names could bind to another copy of ropegen's rope_*
+/// in a process that has two.
+rope_status dispatch(const rope_params *params, rope_report *report, bool execute);
+
 }  // namespace ropegen

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 #include <sstream>
+#include <vector>
 
 namespace ropegen::fuzz {
 namespace {
@@ -215,6 +217,56 @@ void judge_aliasing(const FuzzCall &call, Rules &rules) {
         rules.require(!share, ROPE_ERR_OVERLAP, kTensorNames[pair.out], " shares memory with ",
                       kTensorNames[pair.other], own_input ? " without being exactly it (spec §4)" : " (spec §4)");
         rules.tolerate(!share && !byte_ranges_disjoint(out, other) && !token_spans_disjoint(out, other),
+                       ROPE_ERR_OVERLAP);
+    }
+}
+
+// An output over a table the call reads (positions, cos/sin, cu_seqlens, the scaling's per-pair
+// tables) is refused, by byte ranges. The harness keeps its own tables apart from the views, but
+// describes some larger than it backs (a cache of cache_len rows, of which it backs the rows
+// read): such a table's described bytes may reach an output. Tolerated, over bounds that contain
+// the library's ranges.
+void judge_outputs_over_tables(const FuzzCall &call, Rules &rules) {
+    const rope_params &p = call.params();
+    using Wide = __int128;
+    struct Range {
+        Wide first, end;
+    };
+    const auto at = [](const void *data) { return static_cast<Wide>(reinterpret_cast<uintptr_t>(data)); };
+    // Factors capped at 2^62 and counts at 2^100, so that no product overflows 128 bits; a call
+    // with larger ones breaks another rule anyway.
+    const auto nonnegative = [](int64_t value) { return static_cast<Wide>(std::clamp<int64_t>(value, 0, int64_t{1} << 62)); };
+    const auto magnitude = [&](int64_t value) { return value < 0 ? nonnegative(-(value + 1)) : nonnegative(value); };
+    const auto capped = [](Wide count) { return std::min(count, Wide{1} << 100); };
+    const Wide pairs = nonnegative(std::max<int64_t>(p.q.sizes[3], 0) / 2);
+    std::vector<Range> tables;
+    const auto add = [&](const void *data, Wide bytes) {
+        if (data != nullptr && bytes > 0) {
+            tables.push_back({at(data), at(data) + bytes});
+        }
+    };
+    const Wide items = std::max({nonnegative(p.q.sizes[0]), nonnegative(p.varlen.num_seqs), Wide{1}});
+    add(p.positions.data, capped((items - 1) * magnitude(p.positions.strides[0]) +
+                                 (nonnegative(p.q.sizes[1]) + 1) * magnitude(p.positions.strides[1]) +
+                                 2 * nonnegative(p.mrope.stream_stride) + 2) * 8);
+    const Wide cache_row = std::max(nonnegative(p.angles.cache_row_stride), pairs);
+    add(p.angles.cos_cache, nonnegative(p.angles.cache_len) * cache_row * 4);
+    add(p.angles.sin_cache, nonnegative(p.angles.cache_len) * cache_row * 4);
+    add(p.varlen.cu_seqlens, (nonnegative(p.varlen.num_seqs) + 1) * 8);
+    for (const float *table : {p.scaling.short_factor, p.scaling.long_factor, p.scaling.inv_freq}) {
+        add(table, pairs * 4);
+    }
+    for (const rope_tensor *out : {&p.q_out, &p.k_out}) {
+        if (out->data == nullptr || std::any_of(out->sizes, out->sizes + 4, [](int64_t size) { return size <= 0; })) {
+            continue;
+        }
+        Wide span = 1;
+        for (int axis = 0; axis < 4; axis++) {
+            span += nonnegative(out->sizes[axis] - 1) * magnitude(out->strides[axis]);
+        }
+        const Range bytes{at(out->data), at(out->data) + capped(span) * 4};
+        rules.tolerate(std::any_of(tables.begin(), tables.end(),
+                                   [&](const Range &t) { return t.first < bytes.end && bytes.first < t.end; }),
                        ROPE_ERR_OVERLAP);
     }
 }
@@ -555,6 +607,7 @@ Verdict judge_validity(const FuzzCall &call) {
     judge_varlen(call, rules);
     judge_positions(call, rules, judge_scaling(call, rules));
     judge_aliasing(call, rules);
+    judge_outputs_over_tables(call, rules);
     return verdict;
 }
 

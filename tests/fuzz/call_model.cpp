@@ -271,6 +271,26 @@ void judge_outputs_over_tables(const FuzzCall &call, Rules &rules) {
     }
 }
 
+// DYNAMIC and LONGROPE measure a sequence's length on the tokens a kernel is given, and the
+// dispatcher splits a call along the sequence axis when a stride there exceeds int32 (int64
+// positions are read as int32 pairs): such a call is UNSUPPORTED, the one status a valid call
+// may also get.
+void judge_split_sequences(const FuzzCall &call, Rules &rules) {
+    const rope_params &p = call.params();
+    const int32_t type = enum_value(p.scaling.type);
+    if (type != ROPE_SCALING_DYNAMIC && type != ROPE_SCALING_LONGROPE) {
+        return;
+    }
+    constexpr int64_t kMaxStride = std::numeric_limits<int32_t>::max();
+    bool split = false;
+    for (const rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
+        split = split || (t->sizes[1] > 1 && t->strides[1] > kMaxStride);
+    }
+    const int64_t scale = enum_value(p.positions.index_type) == ROPE_INDEX_INT64 ? 2 : 1;
+    split = split || (enum_value(p.positions.kind) == ROPE_POSITIONS_TABLE && p.positions.strides[1] > kMaxStride / scale);
+    rules.tolerate(split, ROPE_ERR_UNSUPPORTED);
+}
+
 // --- everything else ------------------------------------------------------------------------------
 
 void judge_tensors(const FuzzCall &call, Rules &rules) {
@@ -608,6 +628,7 @@ Verdict judge_validity(const FuzzCall &call) {
     judge_positions(call, rules, judge_scaling(call, rules));
     judge_aliasing(call, rules);
     judge_outputs_over_tables(call, rules);
+    judge_split_sequences(call, rules);
     return verdict;
 }
 

@@ -874,15 +874,6 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
         angle_rule = rule.str();
         limit_rule = angle_rule.c_str();
     }
-    // A kernel measures a sequence's length on the tokens it is given (spec §6), and a call with a
-    // sequence stride beyond Halide's 32-bit strides is split along that axis: each part would
-    // measure its own. Refused here, so that rope_query agrees and no sequence is written first.
-    if (per_sequence_scaling(p) && sequence_stride_beyond_int32(p, call->has_k)) {
-        f.fail(ROPE_ERR_UNSUPPORTED) << "scaling.type=" << enum_value(p.scaling.type)
-                                     << " (per-sequence lengths) with a sequence axis whose stride exceeds 2^31 elements: "
-                                        "the call would be split along it and each part measure its own length";
-        return f.finish();
-    }
     check_varlen(f, p, on_device);
     if (f.failed()) {
         return f.finish();
@@ -943,6 +934,16 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
                                      << "; an output must share no byte with a table the call reads (spec §4)";
             return f.finish();
         }
+    }
+    // A kernel measures a sequence's length on the tokens it is given (spec §6), and a call with a
+    // sequence stride beyond Halide's 32-bit strides is split along that axis: each part would
+    // measure its own. Refused here, so that rope_query agrees and no sequence is written first;
+    // last, as UNSUPPORTED is the status of a call that breaks no rule.
+    if (per_sequence_scaling(p) && sequence_stride_beyond_int32(p, call->has_k)) {
+        f.fail(ROPE_ERR_UNSUPPORTED) << "scaling.type=" << enum_value(p.scaling.type)
+                                     << " (per-sequence lengths) with a sequence axis whose stride exceeds 2^31 elements: "
+                                        "the call would be split along it and each part measure its own length";
+        return f.finish();
     }
     return f.finish();
 }

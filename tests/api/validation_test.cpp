@@ -20,6 +20,7 @@
 #include "internal/validate.h"
 #include "support/kernels.h"
 #include "support/rope_case.h"
+#include "support/sparse_buffer.h"
 
 namespace ropegen::test {
 namespace {
@@ -873,18 +874,29 @@ TEST_F(Validation, DynamicNeedsRotaryDimFour) {
 }
 
 // A sequence stride beyond 2^31 elements splits the call along the sequence axis, and each
-// part would measure its own length: refused by validation, before it reads positions, so
-// rope_query says so too.
+// part would measure its own length: refused by validation, so rope_query says so too.
 TEST_F(Validation, PerSequenceScalingWithASequenceStrideBeyondInt32) {
+    // q in place (no k) in reserved address space of its own, so that its 40 GiB span meets no
+    // other buffer and no table of the call.
+    const SparseBuffer space(int64_t{48} << 30);
+    if (space.data() == nullptr) {
+        GTEST_SKIP() << "cannot reserve 48 GiB of address space";
+    }
     for (rope_scaling_type type : {ROPE_SCALING_DYNAMIC, ROPE_SCALING_LONGROPE}) {
         rope_params p = scaled(valid(), type);
+        p.k = p.k_out = rope_tensor{};
+        p.q.data = space.data();
         p.q.strides[1] = int64_t{1} << 31;
         p.q.strides[0] = kSeq * p.q.strides[1];
+        p.q_out = p.q;
         expect_rejected(p, ROPE_ERR_UNSUPPORTED, {"scaling.type", "exceeds 2^31"});
 
         p = scaled(valid(), type);
+        for (rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
+            t->sizes[1] = 1;  // one token a sequence: validation reads only the table's first column
+        }
         p.positions.index_type = ROPE_INDEX_INT64;
-        p.positions.data = positions64(std::vector<int64_t>(kBatch * kSeq, 1));  // refused before it is read
+        p.positions.data = positions64(std::vector<int64_t>(kBatch * kSeq, 1));
         p.positions.strides[1] = int64_t{1} << 30;  // read as int32 pairs: 2^31
         expect_rejected(p, ROPE_ERR_UNSUPPORTED, {"scaling.type", "exceeds 2^31"});
     }

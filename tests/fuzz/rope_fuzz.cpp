@@ -300,13 +300,21 @@ private:
                 continue;
             }
             const Frequencies frequencies = sequence_frequencies(oracle, sequence);
+            long double largest_frequency = 0;
+            for (const long double frequency : frequencies.exact) {
+                largest_frequency = std::max(largest_frequency, std::fabs(frequency));
+            }
             for (int64_t s = sequence.first; s < sequence.first + sequence.length; s++) {
                 const int64_t b = sequence.batch_item, token = b * seq + s;
                 const auto position = static_cast<int64_t>(call_.positions().values[token]);
                 const ref::CosSin angles = token_angles(oracle, frequencies, token);
                 const std::vector<double> scales = lane_scales(oracle, angles, p.q.sizes[3]);
-                // The spec bounds the precise source's error for positions below 2^24 only.
-                const bool bounded = source != ROPE_SOURCE_PRECISE || largest_stream_position(token) <= ref::kPreciseMaxPosition;
+                // The spec bounds the precise source's error for positions below 2^24 only, that is
+                // angles below 2^24 at unscaled frequencies (at most 1); a scaling that raises them
+                // (LINEAR by a factor below 1) reaches larger angles, where an ulp of the f64
+                // frequency moves the angle by more than the bound allows.
+                const bool bounded = source != ROPE_SOURCE_PRECISE ||
+                                     largest_stream_position(token) * std::max(largest_frequency, 1.0L) <= ref::kPreciseMaxPosition;
                 for (const auto &[in, out] : {std::pair{kQ, kQOut}, std::pair{kK, kKOut}}) {
                     for (int64_t h = 0; (in == kQ || call_.has_k()) && h < call_.view(in).sizes[2]; h++) {
                         check_head(oracle, in, out, {b, s, h}, position, angles, scales, bounded);

@@ -126,10 +126,6 @@ TensorViews make_views(const ValidCall &call, const rope_tensor &in, const rope_
     return v;
 }
 
-bool stride_fits(const rope_tensor &t, int axis) {
-    return t.sizes[axis] <= 1 || t.strides[axis] <= kMaxStride;
-}
-
 // The element span of `t` over the axes a slice keeps whole (and the lanes of one head).
 int64_t sliced_span(const rope_tensor &t, const bool slice_axis[3]) {
     int64_t span = t.sizes[3] - 1;
@@ -341,17 +337,8 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
 
     // Axes to slice: strides beyond Halide's int32 dimensions; for CUDA kernels (32-bit indexing)
     // also spans of 2^31 elements or more, slicing batch, then seq, then heads until each fits.
-    bool slice_axis[3] = {false, false, false};
-    for (int t = 0; t < 4; t++) {
-        if (t % 2 == 1 && !call.has_k) {
-            continue;
-        }
-        for (int axis = 0; axis < 3; axis++) {
-            slice_axis[axis] = slice_axis[axis] || !stride_fits(*tensors[t], axis);
-        }
-    }
-    slice_axis[0] = slice_axis[0] || pos_batch_stride > kMaxStride;
-    slice_axis[1] = slice_axis[1] || pos_seq_stride > kMaxStride;
+    SlicedAxes sliced = axes_beyond_int32_strides(call);
+    bool(&slice_axis)[3] = sliced.axis;
     // The kernel indexes the positions with one 32-bit offset: the batch and seq spans add up.
     for (int axis = 0; on_device && axis < 3; axis++) {
         const int64_t pos_span =

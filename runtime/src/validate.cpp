@@ -586,63 +586,56 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
     }
 }
 
-// True when the dispatcher must split the call along the sequence axis: a tensor's or the
-// position table's sequence stride exceeds Halide's int32 strides (int64 positions are read as
-// int32 pairs).
-bool sequence_stride_beyond_int32(const rope_params &p, bool has_k) {
-    constexpr int64_t kMaxStride = std::numeric_limits<int32_t>::max();
-    const rope_tensor *tensors[] = {&p.q, &p.k, &p.q_out, &p.k_out};
-    for (int t = 0; t < 4; t++) {
-        if ((t % 2 == 0 || has_k) && tensors[t]->sizes[1] > 1 && tensors[t]->strides[1] > kMaxStride) {
-            return true;
-        }
-    }
-    const int64_t scale = enum_value(p.positions.index_type) == ROPE_INDEX_INT64 ? 2 : 1;
-    return enum_value(p.positions.kind) == ROPE_POSITIONS_TABLE && p.positions.strides[1] > kMaxStride / scale;
-}
-
-// The bytes [data, data + bytes) of a table the call reads besides its tensors (none: empty).
-ByteRange table_bytes(const void *data, uint64_t bytes) {
-    const auto first = reinterpret_cast<uintptr_t>(data);
-    return data != nullptr && bytes > 0 ? ByteRange{first, first + bytes - 1, false}
-                                        : ByteRange{0, 0, true};
-}
-
-struct ReadTable {
-    const char *name;
-    ByteRange range;
+// The first table the call reads besides its tensors that an output shares a byte with:
+// positions (mrope's three streams), the cos/sin cache, cu_seqlens, the scaling's per-pair tables.
+// Only present tables are measured (their sizes were checked not to overflow).
+struct TableOverlap {
+    const char *table = nullptr;  // none
+    int output = 0;               // 2 q_out, 3 k_out
 };
-
-// What a validated call reads besides q and k: positions (mrope's three streams), the cos/sin
-// cache, cu_seqlens and the scaling's per-pair tables. Their sizes were checked not to overflow.
-std::array<ReadTable, 7> read_tables(const rope_params &p, int32_t rotary_dim) {
+TableOverlap output_over_a_read_table(const ValidCall &call, const ByteRange (&ranges)[4]) {
+    const rope_params &p = call.params;
+    TableOverlap overlap;
+    auto check = [&](const char *table, const void *data, uint64_t bytes) {
+        const auto first = reinterpret_cast<uintptr_t>(data), last = first + bytes - 1;
+        for (int i = 2; overlap.table == nullptr && bytes > 0 && i < (call.has_k ? 4 : 3); i++) {
+            if (!ranges[i].empty && ranges[i].first <= last && first <= ranges[i].last) {
+                overlap = {table, i};
+            }
+        }
+    };
     const rope_positions &pos = p.positions;
-    const int64_t index_bytes = pos.index_type == ROPE_INDEX_INT64 ? 8 : 4;
-    const bool table = pos.kind == ROPE_POSITIONS_TABLE, varlen = p.varlen.cu_seqlens != nullptr;
     const int64_t batch = p.q.sizes[0], seq = p.q.sizes[1];
-    const int64_t items = varlen && !table ? p.varlen.num_seqs : batch;
-    uint64_t position_entries = 0;  // below 2^60 + 2^31 (check_positions, check_mrope): bytes fit 64 bits
-    if (items > 0 && seq > 0) {
-        position_entries = static_cast<uint64_t>((items - 1) * pos.strides[0] + (table ? (seq - 1) * pos.strides[1] : 0) + 1) +
-                           static_cast<uint64_t>(uses_mrope(p) ? 2 * p.mrope.stream_stride : 0);
+    if (pos.data != nullptr && batch > 0 && seq > 0) {
+        const bool table = pos.kind == ROPE_POSITIONS_TABLE;
+        const int64_t items = p.varlen.cu_seqlens != nullptr && !table ? p.varlen.num_seqs : batch;
+        // Below 2^60 + 2^31 entries (check_positions, check_mrope): the bytes fit 64 bits.
+        const uint64_t entries =
+            static_cast<uint64_t>((items - 1) * pos.strides[0] + (table ? (seq - 1) * pos.strides[1] : 0) + 1) +
+            static_cast<uint64_t>(uses_mrope(p) ? 2 * p.mrope.stream_stride : 0);
+        check("positions.data", pos.data, items > 0 ? entries * (pos.index_type == ROPE_INDEX_INT64 ? 8 : 4) : 0);
     }
     const rope_angles &a = p.angles;
-    const int64_t pairs = rotary_dim / 2;
-    const int64_t cache_bytes = a.source == ROPE_SOURCE_CACHE
-                                    ? ((a.cache_len - 1) * (a.cache_row_stride != 0 ? a.cache_row_stride : pairs) + pairs) *
-                                          static_cast<int64_t>(dtype_bytes(a.cache_dtype))
-                                    : 0;
-    const int64_t seqlens_bytes = varlen ? (p.varlen.num_seqs + 1) * (p.varlen.index_type == ROPE_INDEX_INT64 ? 8 : 4) : 0;
+    const int64_t pairs = call.rotary_dim / 2;
+    if (a.source == ROPE_SOURCE_CACHE) {
+        const int64_t row_stride = a.cache_row_stride != 0 ? a.cache_row_stride : pairs;
+        const auto bytes = static_cast<uint64_t>(((a.cache_len - 1) * row_stride + pairs) * dtype_bytes(a.cache_dtype));
+        check("angles.cos_cache", a.cos_cache, bytes);
+        check("angles.sin_cache", a.sin_cache, bytes);
+    }
+    if (p.varlen.cu_seqlens != nullptr) {
+        check("varlen.cu_seqlens", p.varlen.cu_seqlens,
+              (p.varlen.num_seqs + 1) * (p.varlen.index_type == ROPE_INDEX_INT64 ? 8 : 4));
+    }
     const rope_scaling &sc = p.scaling;
-    const int64_t factors = a.source != ROPE_SOURCE_CACHE && sc.type == ROPE_SCALING_LONGROPE ? pairs * 4 : 0;
-    const int64_t frequencies = a.source != ROPE_SOURCE_CACHE && sc.type == ROPE_SCALING_INV_FREQ ? pairs * 4 : 0;
-    return {{{"positions.data", table_bytes(pos.data, position_entries * static_cast<uint64_t>(index_bytes))},
-             {"angles.cos_cache", table_bytes(a.cos_cache, cache_bytes)},
-             {"angles.sin_cache", table_bytes(a.sin_cache, cache_bytes)},
-             {"varlen.cu_seqlens", table_bytes(p.varlen.cu_seqlens, seqlens_bytes)},
-             {"scaling.short_factor", table_bytes(sc.short_factor, factors)},
-             {"scaling.long_factor", table_bytes(sc.long_factor, factors)},
-             {"scaling.inv_freq", table_bytes(sc.inv_freq, frequencies)}}};
+    if (a.source != ROPE_SOURCE_CACHE && sc.type == ROPE_SCALING_LONGROPE) {
+        check("scaling.short_factor", sc.short_factor, pairs * 4);
+        check("scaling.long_factor", sc.long_factor, pairs * 4);
+    }
+    if (a.source != ROPE_SOURCE_CACHE && sc.type == ROPE_SCALING_INV_FREQ) {
+        check("scaling.inv_freq", sc.inv_freq, pairs * 4);
+    }
+    return overlap;
 }
 
 }  // namespace
@@ -661,6 +654,27 @@ ByteRange byte_range(const rope_tensor &t) {
         span += (t.sizes[axis] - 1) * t.strides[axis];  // validated not to overflow
     }
     return bytes_spanned(t, span);
+}
+
+SlicedAxes axes_beyond_int32_strides(const ValidCall &call) {
+    constexpr int64_t kMaxStride = std::numeric_limits<int32_t>::max();
+    const rope_params &p = call.params;
+    SlicedAxes sliced{};
+    bool *axes = sliced.axis;
+    const rope_tensor *tensors[] = {&p.q, &p.k, &p.q_out, &p.k_out};
+    for (int axis = 0; axis < 3; axis++) {
+        for (int t = 0; t < 4; t++) {
+            const bool in_call = t % 2 == 0 || call.has_k;
+            axes[axis] = axes[axis] || (in_call && tensors[t]->sizes[axis] > 1 && tensors[t]->strides[axis] > kMaxStride);
+        }
+    }
+    // int64 positions are read as int32 pairs: their strides count double.
+    const rope_positions &pos = p.positions;
+    const int64_t scale = pos.index_type == ROPE_INDEX_INT64 ? 2 : 1;
+    const bool table = pos.kind == ROPE_POSITIONS_TABLE;
+    axes[0] = axes[0] || ((table || pos.data != nullptr) && pos.strides[0] > kMaxStride / scale);
+    axes[1] = axes[1] || (table && pos.strides[1] > kMaxStride / scale);
+    return sliced;
 }
 
 rope_status validate(const rope_params *user, ValidCall *call, std::string *message) {
@@ -924,22 +938,16 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
     }
     // The kernels read some tables after writing outputs (a later tile's positions, a later
     // sequence's offsets): a byte shared with an output would turn a rotated value into an index.
-    for (const ReadTable &table : read_tables(p, call->rotary_dim)) {
-        for (int i = 2; i < 4 && !table.range.empty; i++) {
-            const ByteRange &out = ranges[i];
-            if ((i == 3 && !call->has_k) || out.empty || out.last < table.range.first || table.range.last < out.first) {
-                continue;
-            }
-            f.fail(ROPE_ERR_OVERLAP) << kTensorNames[i] << " overlaps " << table.name
-                                     << "; an output must share no byte with a table the call reads (spec §4)";
-            return f.finish();
-        }
+    if (const TableOverlap overlap = output_over_a_read_table(*call, ranges); overlap.table != nullptr) {
+        f.fail(ROPE_ERR_OVERLAP) << kTensorNames[overlap.output] << " overlaps " << overlap.table
+                                 << "; an output must share no byte with a table the call reads (spec §4)";
+        return f.finish();
     }
     // A kernel measures a sequence's length on the tokens it is given (spec §6), and a call with a
     // sequence stride beyond Halide's 32-bit strides is split along that axis: each part would
     // measure its own. Refused here, so that rope_query agrees and no sequence is written first;
     // last, as UNSUPPORTED is the status of a call that breaks no rule.
-    if (per_sequence_scaling(p) && sequence_stride_beyond_int32(p, call->has_k)) {
+    if (per_sequence_scaling(p) && axes_beyond_int32_strides(*call).axis[1]) {
         f.fail(ROPE_ERR_UNSUPPORTED) << "scaling.type=" << enum_value(p.scaling.type)
                                      << " (per-sequence lengths) with a sequence axis whose stride exceeds 2^31 elements: "
                                         "the call would be split along it and each part measure its own length";

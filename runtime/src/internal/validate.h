@@ -46,6 +46,13 @@ ByteRange byte_range(const rope_tensor &t);
 /// sizes and strides) share an element. Exact, in O(log) steps whatever the sizes.
 bool token_lattice_meets(int64_t sb, int64_t nb, int64_t ss, int64_t ns, int64_t lo, int64_t hi);
 
+/// The axes (batch, seq, heads) along which the dispatcher runs a call slice by slice (a CUDA
+/// call may need more, for its 32-bit spans): a stride on them, a tensor's or the position table's, exceeds Halide's int32 strides.
+struct SlicedAxes {
+    bool axis[3];
+};
+SlicedAxes axes_beyond_int32_strides(const ValidCall &call);
+
 /// Checks `params` against every rule; on failure returns the status and fills `message` with
 /// the argument, its value and the rule.
 rope_status validate(const rope_params *params, ValidCall *call, std::string *message);

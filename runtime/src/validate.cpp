@@ -605,15 +605,14 @@ TableOverlap output_over_a_read_table(const ValidCall &call, const ByteRange (&r
         }
     };
     const rope_positions &pos = p.positions;
-    const int64_t batch = p.q.sizes[0], seq = p.q.sizes[1];
-    if (pos.data != nullptr && batch > 0 && seq > 0) {
-        const bool table = pos.kind == ROPE_POSITIONS_TABLE;
-        const int64_t items = p.varlen.cu_seqlens != nullptr && !table ? p.varlen.num_seqs : batch;
+    const bool table = pos.kind == ROPE_POSITIONS_TABLE;
+    const int64_t seq = p.q.sizes[1], items = p.varlen.cu_seqlens != nullptr && !table ? p.varlen.num_seqs : p.q.sizes[0];
+    if (pos.data != nullptr && items > 0 && seq > 0) {
         // Below 2^60 + 2^31 entries (check_positions, check_mrope): the bytes fit 64 bits.
         const uint64_t entries =
             static_cast<uint64_t>((items - 1) * pos.strides[0] + (table ? (seq - 1) * pos.strides[1] : 0) + 1) +
             static_cast<uint64_t>(uses_mrope(p) ? 2 * p.mrope.stream_stride : 0);
-        check("positions.data", pos.data, items > 0 ? entries * (pos.index_type == ROPE_INDEX_INT64 ? 8 : 4) : 0);
+        check("positions.data", pos.data, entries * (pos.index_type == ROPE_INDEX_INT64 ? 8 : 4));
     }
     const rope_angles &a = p.angles;
     const int64_t pairs = call.rotary_dim / 2;

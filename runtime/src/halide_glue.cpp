@@ -109,11 +109,14 @@ void install_allocator() {
 // --- the library's pool ------------------------------------------------------------------------
 // Halide's pool starts its workers inside the first parallel loop that needs them (with
 // halide_spawn_thread) and, when one cannot be started, counts it anyway and runs that loop on the
-// threads it has; it never retries. Before a call's first loop on the pool, while the pool may
-// still grow, an empty loop lets it start its workers, so that a failure is seen, and reported,
-// before the kernel writes anything.
-std::atomic<bool> g_pool_started{false};
-thread_local int t_thread_start_error = 0;  // set by halide_spawn_thread on the enqueuing thread
+// threads it has; it never retries. Before a call's first loop on the pool, when the pool has not
+// been started at its current size, an empty loop lets it start its workers, so that a failure is
+// seen, and reported, before the kernel writes anything. A worker that fails to start later, in a
+// loop of a call under way when rope_set_num_threads grew the pool, leaves that call to finish
+// on the threads there are; the next call to check reports it.
+std::atomic<unsigned> g_pool_size_generation{0};     // bumped by rope_set_num_threads
+std::atomic<unsigned> g_pool_started_generation{~0u};  // the size the empty loop last ran at
+std::atomic<int> g_thread_start_error{0};            // errno of a worker that could not start, unreported
 
 int empty_task(void *, int, uint8_t *) {
     return 0;
@@ -134,18 +137,27 @@ struct StopPoolAtExit {
 int run_on_pool(void *user_context, halide_task_t task, int min, int extent, uint8_t *closure);
 
 bool start_pool(CallContext *call, void *user_context) {
-    if (g_pool_started.load(std::memory_order_acquire)) {
+    if (call != nullptr && call->pool_checked.load(std::memory_order_relaxed)) {
         return true;
     }
-    t_thread_start_error = 0;
-    run_on_pool(user_context, empty_task, 0, 1, nullptr);
-    if (const int error = std::exchange(t_thread_start_error, 0); error != 0) {
-        if (call != nullptr) {
-            call->fail(CallFailure::ThreadStart, error);
-        }
-        return false;
+    // A size changed while the empty loop runs leaves the generation read before it: the next
+    // call runs the loop again.
+    const unsigned generation = g_pool_size_generation.load(std::memory_order_acquire);
+    if (g_pool_started_generation.load(std::memory_order_acquire) != generation) {
+        run_on_pool(user_context, empty_task, 0, 1, nullptr);
+        g_pool_started_generation.store(generation, std::memory_order_release);
     }
-    g_pool_started.store(true, std::memory_order_release);
+    if (g_thread_start_error.load(std::memory_order_relaxed) != 0) {
+        if (const int error = g_thread_start_error.exchange(0, std::memory_order_relaxed); error != 0) {
+            if (call != nullptr) {
+                call->fail(CallFailure::ThreadStart, error);
+            }
+            return false;
+        }
+    }
+    if (call != nullptr) {
+        call->pool_checked.store(true, std::memory_order_relaxed);
+    }
     return true;
 }
 
@@ -396,7 +408,8 @@ void ensure_initialized() {
 
 // Halide's pool starts its workers with these (weak in its runtime). Its own version ignores
 // pthread_create's result: the handle of a thread that never started is joined at exit. These
-// tell the enqueuing thread (ropegen::start_pool) and never join a thread that did not start.
+// tell the next call to check the pool (ropegen::start_pool) and never join a thread that did not
+// start.
 namespace {
 struct SpawnedThread {
     void (*body)(void *);
@@ -422,7 +435,7 @@ extern "C" struct halide_thread *halide_spawn_thread(void (*body)(void *), void 
         thread->started = error == 0;
     }
     if (error != 0) {
-        ropegen::t_thread_start_error = error;
+        ropegen::g_thread_start_error.store(error, std::memory_order_relaxed);
     }
     return reinterpret_cast<halide_thread *>(thread != nullptr ? thread : &g_thread_not_allocated);
 }
@@ -447,7 +460,7 @@ extern "C" rope_status rope_set_num_threads(int n) {
         const ropegen::tsan::PoolScope in_pool;  // takes the pool's lock
         halide_set_num_threads(n);
     }
-    ropegen::g_pool_started.store(false, std::memory_order_release);  // it may have to grow
+    ropegen::g_pool_size_generation.fetch_add(1, std::memory_order_acq_rel);  // it may have to grow
     return ROPE_OK;
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine_pool.h"
+#include "internal/runtime_state.h"
 #include "schedule_variants.h"
 #include "stress_support.h"
 
@@ -337,6 +338,43 @@ TEST_F(FaultTest, WorkerThatCannotStartIsReportedAndWritesNothing) {
 
     ASSERT_EQ(call.run(kernel_runner(*kernel)), ROPE_OK) << call.report().message;
     EXPECT_TRUE(agree(call, Outputs::of(serial)));
+    rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+}
+
+// Another thread may resize the pool while a call runs. A call past its first loop does not fail
+// for a worker that cannot start then: its later loops run on the threads there are (Halide's
+// pool counts the worker anyway), and the next call, before its first loop, reports the failure
+// and writes nothing. Here the "call" is a context running two loops, resized in between.
+TEST_F(FaultTest, APoolResizedBetweenACallsLoopsDoesNotFailThatCall) {
+    rope_report report = rope_report_init();
+    CallContext running(&report, 0);  // the library's pool, whatever its size
+    std::atomic<int> tasks{0};
+    const ParallelTask count_task = [](void *, int, uint8_t *closure) {
+        reinterpret_cast<std::atomic<int> *>(closure)->fetch_add(1);
+        return 0;
+    };
+    auto *closure = reinterpret_cast<uint8_t *>(&tasks);
+    ASSERT_EQ(run_parallel_loop(&running, count_task, 8, closure), 0);
+
+    // Larger than any pool before in this process (WorkerThatCannotStartIsReportedAndWritesNothing
+    // asks for 64): the next loop that can use them starts new workers.
+    ASSERT_EQ(rope_set_num_threads(160), ROPE_OK);
+    g_failed_thread_starts = 0;
+    g_fail_thread_starts = true;
+    EXPECT_EQ(run_parallel_loop(&running, count_task, 160, closure), 0);
+    g_fail_thread_starts = false;
+    EXPECT_GT(g_failed_thread_starts.load(), 0) << "the pool should have tried to start workers";
+    EXPECT_EQ(running.failure(), CallFailure::None) << "detail " << running.failure_detail();
+    EXPECT_EQ(tasks.load(), 8 + 160) << "every task of both loops runs";
+
+    const KernelEntry *kernel = runnable_kernels().front();
+    CaseSpec c = varied_cases(*kernel, 23).front();
+    c.num_threads = 4;
+    RopeCall next(c);
+    EXPECT_EQ(next.run(kernel_runner(*kernel)), ROPE_ERR_INTERNAL);
+    EXPECT_TRUE(contains(next.report().message, "could not start a worker thread")) << next.report().message;
+    EXPECT_TRUE(next.check_all_unchanged());
+    EXPECT_EQ(next.run(kernel_runner(*kernel)), ROPE_OK) << next.report().message;
     rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 }
 

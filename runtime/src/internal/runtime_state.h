@@ -36,6 +36,7 @@ struct CallContext {
     int num_threads;      ///< 0: the library's pool as configured; 1: the calling thread
     void *cuda_context = nullptr;  ///< CUDA calls: the CUcontext the kernels run on
     void *cuda_stream = nullptr;   ///< CUDA calls: the CUstream they are enqueued on
+    std::atomic<bool> pool_checked{false};  ///< the library's pool was found started before the call's first loop on it
 
     /// Reserves `bytes` of scratch (through the allocator halide_malloc would use) that
     /// halide_malloc then hands out to this call's kernel, unless the reservation held (own or

@@ -123,12 +123,7 @@ std::string spec_message(const std::string &message, rope_status status, int64_t
     return out;
 }
 
-}  // namespace
-}  // namespace ropegen
-
-extern "C" rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rope_report *report) {
-    using namespace ropegen;
-    ensure_initialized();  // reads the environment, like every entry point, also for a spec refused below
+rope_status build_cos_sin_cache(const rope_cache_spec *spec, rope_report *report) {
     if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
         *report = rope_report_init();
     }
@@ -191,4 +186,12 @@ extern "C" rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rop
         std::memcpy(sin + static_cast<size_t>(m * row_stride) * element, row + half, half);
     }
     return ROPE_OK;
+}
+
+}  // namespace
+}  // namespace ropegen
+
+extern "C" rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rope_report *report) {
+    ropegen::ensure_initialized();  // reads the environment, like every entry point, also for a spec refused
+    return ropegen::without_exceptions(report, [&] { return ropegen::build_cos_sin_cache(spec, report); });
 }

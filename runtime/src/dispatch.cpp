@@ -203,12 +203,12 @@ void set_report_kernel(rope_report *report, const char *name) {
     }
 }
 
-rope_status finish(rope_report *report, rope_status status, const std::string &message) {
+rope_status finish(rope_report *report, rope_status status, std::string_view message) {
+    if (!message.empty() || status == ROPE_OK) {
+        return report_status(report, status, message);
+    }
     if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
         report->status = status;
-        if (!message.empty() || status == ROPE_OK) {
-            set_report_message(report, message);
-        }
     }
     return status;
 }
@@ -620,7 +620,9 @@ int run_decode_part(void *, int part, uint8_t *closure) {
     rope_report report = rope_report_init();
     CallContext context(&report, 1);
     parts->whole->lend_scratch(&context, part * parts->part_scratch, parts->part_scratch);
-    const rope_status status = run(*parts->kernel, one, CudaTarget{}, &report, context);
+    // On a worker of the pool: an exception would end inside Halide's runtime.
+    const rope_status status =
+        without_exceptions(&report, [&] { return run(*parts->kernel, one, CudaTarget{}, &report, context); });
     int none = -1;
     if (status != ROPE_OK && parts->failed_part.compare_exchange_strong(none, part)) {
         parts->status = status;
@@ -707,9 +709,7 @@ std::string no_kernel_message(const Target &target) {
            "; check ROPEGEN_ISAS/ROPEGEN_DTYPES of the build and ROPE_MAX_ISA";
 }
 
-}  // namespace
-
-rope_status dispatch(const rope_params *params, rope_report *report, bool execute) {
+rope_status dispatch_call(const rope_params *params, rope_report *report, bool execute) {
     ValidCall call;
     rope_status status = begin(params, report, &call);
     if (status != ROPE_OK) {
@@ -728,7 +728,7 @@ rope_status dispatch(const rope_params *params, rope_report *report, bool execut
     return execute ? run_call(*kernel, call, cuda, report) : finish(report, ROPE_OK, "");
 }
 
-rope_status run_kernel(const KernelEntry &kernel, const rope_params *params, rope_report *report) {
+rope_status run_one_kernel(const KernelEntry &kernel, const rope_params *params, rope_report *report) {
     ValidCall call;
     rope_status status = begin(params, report, &call);
     if (status != ROPE_OK) {
@@ -755,6 +755,16 @@ rope_status run_kernel(const KernelEntry &kernel, const rope_params *params, rop
     }
     set_report_kernel(report, kernel.name);
     return run_call(kernel, call, cuda, report);
+}
+
+}  // namespace
+
+rope_status dispatch(const rope_params *params, rope_report *report, bool execute) {
+    return without_exceptions(report, [&] { return dispatch_call(params, report, execute); });
+}
+
+rope_status run_kernel(const KernelEntry &kernel, const rope_params *params, rope_report *report) {
+    return without_exceptions(report, [&] { return run_one_kernel(kernel, params, report); });
 }
 
 }  // namespace ropegen

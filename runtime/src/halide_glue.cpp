@@ -21,6 +21,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -44,7 +45,7 @@ void report_halide_error(void *user_context, const char *message) {
     if (user_context != nullptr) {
         auto *call = static_cast<CallContext *>(user_context);
         if (call->fail(CallFailure::RuntimeError, 0)) {
-            set_report_message(call->report, std::string("Halide: ") + message);
+            set_report_message(call->report, "Halide: ", message);  // no allocation inside the Halide runtime
         }
     }
 }
@@ -322,6 +323,11 @@ bool CallContext::reserve_scratch(size_t bytes) {
     if (bytes <= scratch_size_) {
         return true;
     }
+    // No allocator serves more than half the address space; Halide's default one adds its
+    // alignment to the size first, which wraps near SIZE_MAX (the dispatcher's "too large").
+    if (bytes > static_cast<size_t>(std::numeric_limits<ptrdiff_t>::max())) {
+        return false;
+    }
     if (scratch_ != nullptr && !scratch_lent_) {
         g_next_free(this, scratch_);
     }
@@ -365,13 +371,23 @@ size_t scratch_slot_bytes(size_t bytes) {
     return (bytes + 2 * kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
 }
 
-void set_report_message(rope_report *report, const std::string &message) {
+void set_report_message(rope_report *report, std::string_view message, std::string_view more) noexcept {
     if (report == nullptr || report->struct_size < sizeof(rope_report)) {
         return;
     }
     const size_t length = std::min(message.size(), sizeof(report->message) - 1);
     std::memcpy(report->message, message.data(), length);
-    report->message[length] = '\0';
+    const size_t added = std::min(more.size(), sizeof(report->message) - 1 - length);
+    std::memcpy(report->message + length, more.data(), added);
+    report->message[length + added] = '\0';
+}
+
+rope_status report_status(rope_report *report, rope_status status, std::string_view message) noexcept {
+    if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
+        report->status = status;
+        set_report_message(report, message);
+    }
+    return status;
 }
 
 void ensure_initialized() {

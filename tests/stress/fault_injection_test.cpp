@@ -15,6 +15,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
+#include <limits>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,6 +50,34 @@ extern "C" int pthread_create(pthread_t *thread, const pthread_attr_t *attribute
     }
     return next(thread, attributes, start, argument);
 }
+
+// --- operator new that fails on demand ---------------------------------------------------------------
+// Replaces the global operator new of the whole executable (the library's message building
+// included), to exhaust memory for C++ code as malloc's failure does for the Halide runtime.
+namespace {
+std::atomic<bool> g_fail_operator_new{false};
+}  // namespace
+
+void *operator new(std::size_t bytes) {
+    if (!g_fail_operator_new.load(std::memory_order_relaxed)) {
+        if (void *block = std::malloc(bytes != 0 ? bytes : 1)) {
+            return block;
+        }
+    }
+    throw std::bad_alloc();
+}
+
+// The blocks come from malloc above: GCC, seeing a replaced delete inlined, would warn of a mismatch.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void *block) noexcept {
+    std::free(block);
+}
+
+void operator delete(void *block, std::size_t) noexcept {
+    std::free(block);
+}
+#pragma GCC diagnostic pop
 
 namespace ropegen::test {
 namespace {
@@ -185,6 +216,54 @@ TEST_F(FaultTest, FailedScratchReservationIsReportedAndWritesNothing) {
     }
     if (failed == 0) {
         GTEST_SKIP() << "this build has no computed-source kernel that runs here";
+    }
+}
+
+// Memory exhausted for everything: the scratch reservation fails, and so does building the message
+// that reports it. The std::bad_alloc must not cross the C ABI (a C caller would get
+// std::terminate): a status, a message that allocates nothing, and untouched outputs.
+TEST_F(FaultTest, ExhaustedMemoryIsAStatusNotAnException) {
+    int failed = 0;
+    for (const KernelEntry *kernel : one_kernel_per_key()) {
+        if (!is_computed(*kernel) || !unsupported_reason(*kernel).empty()) {
+            continue;
+        }
+        const CaseSpec spec = varied_cases(*kernel, 7).front();
+        SCOPED_TRACE(std::string(kernel->name) + ": " + spec.describe());
+        RopeCall call(spec);
+        rope_params params = call.params();
+        rope_report report = rope_report_init();
+        rope_status status = ROPE_OK;
+        bool escaped = false;
+        InjectedAllocator::arm(0);
+        g_fail_operator_new = true;
+        try {
+            status = rope_dispatch(&params, &report);
+        } catch (...) {
+            escaped = true;
+        }
+        g_fail_operator_new = false;
+        InjectedAllocator::disarm();
+        EXPECT_FALSE(escaped) << "an exception left rope_dispatch";
+        EXPECT_EQ(status, ROPE_ERR_INTERNAL);
+        EXPECT_EQ(report.status, ROPE_ERR_INTERNAL);
+        EXPECT_TRUE(contains(report.message, "out of memory")) << report.message;
+        EXPECT_TRUE(call.check_all_unchanged());
+        failed++;
+    }
+    if (failed == 0) {
+        GTEST_SKIP() << "this build has no computed-source kernel that runs here";
+    }
+}
+
+// The dispatcher asks for SIZE_MAX bytes when a reservation's size overflows ("no allocator can
+// serve it"); Halide's default allocator, adding its alignment, would wrap that to a few bytes.
+TEST_F(FaultTest, AReservationBeyondTheAddressSpaceIsRefused) {
+    CallContext context(nullptr, 1);
+    for (const size_t bytes : {std::numeric_limits<size_t>::max(), std::numeric_limits<size_t>::max() - 63,
+                               static_cast<size_t>(std::numeric_limits<ptrdiff_t>::max()) + 1}) {
+        EXPECT_FALSE(context.reserve_scratch(bytes)) << bytes;
+        EXPECT_EQ(context.take_scratch(1 << 20), nullptr) << bytes;
     }
 }
 

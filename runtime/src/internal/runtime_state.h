@@ -6,7 +6,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <string>
+#include <string_view>
 
 #include "ropegen/rope.h"
 
@@ -106,7 +108,26 @@ rope_isa detect_isa();
 /// The level the dispatcher may use now: detected_isa() lowered by the cap.
 rope_isa usable_isa();
 
-/// Writes a message into `report` (when given), truncated to fit.
-void set_report_message(rope_report *report, const std::string &message);
+/// Writes `message`, then `more`, into `report` (when given), truncated to fit; allocates nothing.
+void set_report_message(rope_report *report, std::string_view message, std::string_view more = {}) noexcept;
+
+/// Sets `report`'s status and message (when given) and returns the status; allocates nothing.
+rope_status report_status(rope_report *report, rope_status status, std::string_view message) noexcept;
+
+/// Runs `body`, a call's work returning its status, so that no exception crosses the C ABI. Its
+/// paths throw only std::bad_alloc, from building a message when memory is exhausted: reported
+/// as ROPE_ERR_INTERNAL without allocating. Every entry point that can allocate runs through it.
+template <typename Body>
+rope_status without_exceptions(rope_report *report, Body &&body) noexcept {
+    try {
+        return body();
+    } catch (const std::bad_alloc &) {
+        return report_status(report, ROPE_ERR_INTERNAL,
+                             "out of memory inside ropegen (std::bad_alloc while building the call or its message); "
+                             "outputs may be partly written");
+    } catch (...) {
+        return report_status(report, ROPE_ERR_INTERNAL, "an exception inside ropegen; outputs may be partly written");
+    }
+}
 
 }  // namespace ropegen

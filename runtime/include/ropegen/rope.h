@@ -392,8 +392,10 @@ rope_status rope_set_max_isa(rope_isa isa);
 rope_isa rope_active_isa(void);
 
 /**
- * Threads of the library's own pool (Halide's). Default: ROPE_NUM_THREADS, else the number of
- * cores. The pool runs at most 256 threads (Halide's limit): a larger n, like a larger
+ * Threads of the library's own pool (Halide's). Default: ROPE_NUM_THREADS, else Halide's
+ * HL_NUM_THREADS, else the number of cores. Calls under way keep running; a pool grown here
+ * starts its new workers in the next call that needs them (a worker that cannot start makes
+ * the next call to check return ROPE_ERR_INTERNAL before it writes anything). The pool runs at most 256 threads (Halide's limit): a larger n, like a larger
  * ROPE_NUM_THREADS or core count, gives 256. Calls may ask for fewer with rope_params.num_threads.
  * @return ROPE_OK or ROPE_ERR_BAD_VALUE (n < 1).
  */
@@ -409,10 +411,13 @@ typedef int (*rope_parallel_for_fn)(void *pool, int (*task)(void *task_context, 
 
 /**
  * Runs the kernels' parallel loops on an engine's pool instead of the library's: `run(pool, ...)`
- * is called for every parallel loop of a call that may use more than one thread, however small
- * (calls with num_threads == 1 run on the calling thread; without a runner, so do calls with
- * num_threads == 0 that move less than 4 MiB, as the library's workers sleep). NULL restores
- * the library's pool. It may be changed while calls run (each loop uses one whole pair). A
+ * is called for every parallel loop of more than one task of a call that may use more than one
+ * thread, however small (a loop of one task, such as a one-token call's, and calls with
+ * num_threads == 1 run on the calling thread; without a runner, so do calls with num_threads == 0
+ * that move less than 4 MiB, as the library's workers sleep). NULL restores
+ * the library's pool. It may be changed while calls run (each loop uses one whole pair; a loop
+ * that read the old pair may call it after this returns, so keep the old pool alive until the
+ * calls under way have returned). A
  * non-zero result from `run` makes the call return ROPE_ERR_INTERNAL and skips every later loop
  * of the call; the outputs may then be partly written (untouched if `run` ran no task).
  */

@@ -33,6 +33,15 @@ namespace {
     return ::testing::AssertionFailure() << "the message should name '" << name << "': \"" << message << "\"";
 }
 
+/// The elements from a view's first to its last, both included (a view with elements).
+int64_t elements_spanned(const rope_tensor &t) {
+    int64_t span = 1;
+    for (int axis = 0; axis < 4; axis++) {
+        span += (t.sizes[axis] - 1) * t.strides[axis];
+    }
+    return span;
+}
+
 constexpr int64_t kBatch = 2, kSeq = 3, kQHeads = 2, kKHeads = 1, kHeadDim = 64;
 
 class Validation : public ::testing::Test {
@@ -302,6 +311,43 @@ TEST_F(Validation, NegativeStride) {
     expect_rejected(p, ROPE_ERR_BAD_STRIDE, {"q_out.strides[1]"});
 }
 
+// The boundary of the stride rule: -1 is the first negative stride.
+TEST_F(Validation, StrideOfMinusOne) {
+    rope_params p = valid();
+    p.q.strides[1] = -1;
+    expect_rejected(p, ROPE_ERR_BAD_STRIDE, {"q.strides[1] (seq)=-1", ">= 0"});
+}
+
+// The lane axis must be contiguous as soon as it holds two lanes: one pair, two lanes apart.
+TEST_F(Validation, HeadDimStrideNotOneWithOnePair) {
+    rope_params p = valid();
+    for (rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
+        t->sizes[3] = 2;
+    }
+    p.k.strides[3] = 2;
+    expect_rejected(p, ROPE_ERR_BAD_STRIDE, {"k.strides[3] (head_dim)=2", "contiguous"});
+}
+
+// 2^62 heads of 4 lanes broadcast from one (head stride 0): the span is 3 elements, the element
+// count 2^64 overflows (at the lanes). Refused as an overflow of q, not later as q_out
+// overlapping itself.
+TEST_F(Validation, ElementCountOverflowsWithABroadcastAxis) {
+    rope_params p = one_token_of_heads(valid(), int64_t{1} << 62, 4);
+    p.q.strides[2] = p.q_out.strides[2] = 0;
+    expect_rejected(p, ROPE_ERR_SIZE_OVERFLOW, {"q.sizes/strides", "head_dim", "overflows 64 bits"});
+}
+
+// A cache row stride must stay below 2^31 (the kernels index the tables with int32).
+TEST_F(Validation, CacheRowStrideOfTwoPow31) {
+    rope_params p = valid();
+    p.positions.data = positions32(std::vector<int32_t>(kBatch * kSeq, 0));  // row 0 only
+    p.positions.strides[0] = kSeq;
+    p.positions.strides[1] = 1;
+    p.angles.cache_len = 1;
+    p.angles.cache_row_stride = int64_t{1} << 31;
+    expect_rejected(p, ROPE_ERR_BAD_STRIDE, {"angles.cache_row_stride=2147483648", "2^31"});
+}
+
 TEST_F(Validation, CacheRowStrideBelowPairs) {
     rope_params p = valid();
     p.angles.cache_row_stride = kHeadDim / 2 - 1;
@@ -446,6 +492,30 @@ TEST_F(Validation, CacheLenNotPositive) {
     }
 }
 
+TEST_F(Validation, NegativePositionSeqStride) {
+    rope_params p = valid();
+    p.positions.data = static_cast<const int32_t *>(positions32(std::vector<int32_t>(2 * kBatch * kSeq, 0))) + kBatch * kSeq;
+    p.positions.strides[0] = kSeq;
+    p.positions.strides[1] = -1;
+    expect_rejected(p, ROPE_ERR_BAD_STRIDE,
+                    {"positions.strides=[3, -1]", ">= 0"});
+}
+
+// cache_len = 2^31 - 1, the largest cache: its limit is cache_len, not 2^31, so position
+// 2^31 - 1 is one past the last row.
+TEST_F(Validation, PositionAtACacheLenOfTwoPow31MinusOne) {
+    rope_params p = valid();
+    std::vector<int32_t> table(kBatch * kSeq, 0);
+    table.back() = std::numeric_limits<int32_t>::max();
+    p.positions.data = positions32(table);
+    p.positions.strides[0] = kSeq;
+    p.positions.strides[1] = 1;
+    p.angles.cache_len = std::numeric_limits<int32_t>::max();
+    rope_report report = rope_report_init();
+    ASSERT_EQ(rope_query(&p, &report), ROPE_ERR_POSITION_OUT_OF_RANGE) << report.message;  // no kernel reads the row
+    expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE, {"positions.data[1][2]", "positions must be < 2147483647", "cache_len"});
+}
+
 // Computed sources: an int64 position beyond int32 must be rejected or rotated by its true value,
 // never by a truncated one (2^32 + 5 read as 5).
 TEST(ValidationLargePositions, Int64PositionBeyondInt32) {
@@ -526,6 +596,97 @@ TEST_F(Validation, KOutOverlapsTheCosCache) {
     rope_params p = valid();
     p.angles.cos_cache = p.k_out.data;  // validation reads no cache value
     expect_rejected(p, ROPE_ERR_OVERLAP, {"k_out", "angles.cos_cache"});
+}
+
+// A position table that ends just before q_out is disjoint from it; one entry further, its last
+// entry is q_out's first element.
+TEST_F(Validation, PositionTableEndingAtQOut) {
+    rope_params p = valid();
+    const int64_t entries = kBatch * kSeq;
+    std::vector<float> memory(static_cast<size_t>(entries + 1 + elements_spanned(p.q_out)), 0.0f);  // zeros: positions 0
+    p.positions.strides[0] = kSeq;
+    p.positions.strides[1] = 1;
+    p.positions.data = memory.data();
+    p.q_out.data = memory.data() + entries;
+    const rope_status valid_status = missing_kernel_reason(p).empty() ? ROPE_OK : ROPE_ERR_UNSUPPORTED;
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_query(&p, &report), valid_status) << report.message;
+
+    p.positions.data = memory.data() + 1;
+    const std::vector<float> before = memory;
+    rope_report refused = rope_report_init();  // asked first: a dispatch of the call could read what it wrote
+    ASSERT_EQ(rope_query(&p, &refused), ROPE_ERR_OVERLAP) << refused.message;
+    expect_rejected(p, ROPE_ERR_OVERLAP, {"q_out", "positions.data"});
+    EXPECT_EQ(memory, before);
+}
+
+// The other tables an output must not share a byte with: the sin table, and the last row of a
+// cache (its pairs after the first) with an output just behind that row being fine.
+TEST_F(Validation, KOutOverlapsTheSinCacheOrTheLastCacheRow) {
+    rope_params p = valid();
+    p.angles.sin_cache = p.k_out.data;
+    expect_rejected(p, ROPE_ERR_OVERLAP, {"k_out", "angles.sin_cache"});
+
+    p = valid();
+    const int64_t pairs = kHeadDim / 2, table = p.angles.cache_len * pairs;
+    ASSERT_EQ(p.angles.cache_row_stride == 0 ? pairs : p.angles.cache_row_stride, pairs);
+    std::vector<float> memory(static_cast<size_t>(table + elements_spanned(p.k_out)), 0.0f);
+    p.angles.cos_cache = memory.data();
+    p.k_out.data = memory.data() + table;  // just after the last row
+    const rope_status valid_status = missing_kernel_reason(p).empty() ? ROPE_OK : ROPE_ERR_UNSUPPORTED;
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_query(&p, &report), valid_status) << report.message;
+    p.k_out.data = memory.data() + table - pairs + 1;  // the last row's second pair
+    const std::vector<float> before = memory;
+    rope_report refused = rope_report_init();  // asked first: a dispatch of the call could read what it wrote
+    ASSERT_EQ(rope_query(&p, &refused), ROPE_ERR_OVERLAP) << refused.message;
+    expect_rejected(p, ROPE_ERR_OVERLAP, {"k_out", "angles.cos_cache"});
+    EXPECT_EQ(memory, before);
+}
+
+// cu_seqlens is read by the kernels too: an output over its last entry is refused.
+TEST_F(Validation, QOutOverlapsCuSeqlens) {
+    rope_params p = valid();
+    for (rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
+        t->sizes[0] = 1;  // packed: [1, total_tokens, heads, head_dim]
+    }
+    p.positions = rope_positions{};
+    const int64_t span = elements_spanned(p.q_out);
+    std::vector<float> memory(static_cast<size_t>(span + 2), 0.0f);
+    const int32_t cu_seqlens[2] = {0, static_cast<int32_t>(kSeq)};
+    p.q_out.data = memory.data();
+    p.varlen.num_seqs = 1;
+    for (int64_t at : {span, span - 1}) {  // just after q_out, then over its last element
+        std::memcpy(memory.data() + at, cu_seqlens, sizeof(cu_seqlens));
+        p.varlen.cu_seqlens = memory.data() + at;
+        const std::vector<float> before = memory;
+        if (at == span) {
+            const rope_status valid_status = missing_kernel_reason(p).empty() ? ROPE_OK : ROPE_ERR_UNSUPPORTED;
+            rope_report report = rope_report_init();
+            EXPECT_EQ(rope_query(&p, &report), valid_status) << report.message;
+        } else {
+            rope_report refused = rope_report_init();  // asked first: a dispatch of the call could read what it wrote
+            ASSERT_EQ(rope_query(&p, &refused), ROPE_ERR_OVERLAP) << refused.message;
+            expect_rejected(p, ROPE_ERR_OVERLAP, {"q_out", "varlen.cu_seqlens"});
+        }
+        EXPECT_EQ(memory, before);
+    }
+}
+
+// q_out 18 bytes (4.5 f32 elements) after q, tokens 8 elements apart: the output straddles the
+// gap after q's token 0 and its second token begins with the last 2 bytes of q's token 1.
+TEST_F(Validation, QOutHalfAnElementAfterQOverlapsIt) {
+    const Tensor buffer = Tensor::make(ROPE_DTYPE_F32, {1, 1, 1, 32});
+    watch(buffer);
+    const Sizes sizes{1, 2, 1, 4};
+    const Sizes strides{16, 8, 4, 1};
+    rope_params p = valid();
+    p.q = buffer.view(sizes, 0, strides).rope();
+    p.q_out = p.q;
+    p.q_out.data = static_cast<uint8_t *>(p.q.data) + 18;
+    p.k = p.k_out = rope_tensor{};
+    p.positions = rope_positions{};
+    expect_rejected(p, ROPE_ERR_OVERLAP, {"q_out partially overlaps q"});
 }
 
 TEST_F(Validation, KOutOverlapsQ) {
@@ -813,6 +974,22 @@ TEST_F(Validation, AttnFactorNaN) {
     expect_rejected(p, ROPE_ERR_BAD_VALUE, {"attn_factor"});
 }
 
+// base must be finite and above 1: 1 itself, a base below 1 (frequencies above 1) and +inf.
+TEST_F(Validation, BaseOfOneBelowOneOrInfinite) {
+    for (rope_source source : {ROPE_SOURCE_COMPAT, ROPE_SOURCE_PRECISE}) {
+        for (double base : {1.0, 0.5, std::numeric_limits<double>::infinity()}) {
+            SCOPED_TRACE(base);
+            rope_params p = valid();
+            p.angles = rope_angles{};
+            p.angles.source = source;
+            p.angles.base = base;
+            std::ostringstream value;
+            value << "angles.base=" << base;
+            expect_rejected(p, ROPE_ERR_BAD_VALUE, {value.str(), "> 1"});
+        }
+    }
+}
+
 // --- frequency scaling (spec §6) ----------------------------------------------------------------
 
 /// valid() with a computed source and `type`, its required fields set.
@@ -836,6 +1013,12 @@ TEST_F(Validation, UnknownScalingType) {
     rope_params p = scaled(valid(), ROPE_SCALING_NONE);
     store_raw(p.scaling.type, 9);
     expect_rejected(p, ROPE_ERR_BAD_ENUM, {"scaling.type", "9"});
+}
+
+TEST_F(Validation, NegativeScalingType) {
+    rope_params p = scaled(valid(), ROPE_SCALING_NONE);
+    store_raw(p.scaling.type, -1);
+    expect_rejected(p, ROPE_ERR_BAD_ENUM, {"scaling.type=-1", "rope_scaling_type"});
 }
 
 TEST_F(Validation, ScalingNeedsAComputedSource) {
@@ -867,10 +1050,54 @@ TEST_F(Validation, OriginalMaxPositionsOutOfRange) {
     }
 }
 
+// One element of q_out over the first entry of each per-pair scaling table the call reads.
+TEST_F(Validation, QOutOverlapsAScalingTable) {
+    struct Case {
+        rope_scaling_type type;
+        const float *rope_scaling::*table;
+        const char *name;
+    };
+    for (const Case &c : {Case{ROPE_SCALING_LONGROPE, &rope_scaling::short_factor, "scaling.short_factor"},
+                          Case{ROPE_SCALING_LONGROPE, &rope_scaling::long_factor, "scaling.long_factor"},
+                          Case{ROPE_SCALING_INV_FREQ, &rope_scaling::inv_freq, "scaling.inv_freq"}}) {
+        SCOPED_TRACE(c.name);
+        rope_params p = scaled(valid(), c.type);
+        const int64_t span = elements_spanned(p.q_out);
+        std::vector<float> memory(static_cast<size_t>(span + kHeadDim / 2), 1.5f);  // valid factors and frequencies
+        p.q_out.data = memory.data();
+        p.scaling.*c.table = memory.data() + span - 1;
+        const std::vector<float> before = memory;
+        rope_report refused = rope_report_init();  // asked first: a dispatch of the call could read what it wrote
+        ASSERT_EQ(rope_query(&p, &refused), ROPE_ERR_OVERLAP) << refused.message;
+        expect_rejected(p, ROPE_ERR_OVERLAP, {"q_out", c.name});
+        EXPECT_EQ(memory, before);
+    }
+}
+
+// The largest original_max_positions, 2^31 - 1, is in range.
+TEST_F(Validation, OriginalMaxPositionsOfTwoPow31MinusOneIsAccepted) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_COMPAT, ROPE_DTYPE_F32, kHeadDim);
+    for (rope_scaling_type type : {ROPE_SCALING_DYNAMIC, ROPE_SCALING_YARN, ROPE_SCALING_LONGROPE, ROPE_SCALING_LLAMA3}) {
+        SCOPED_TRACE(::testing::Message() << "scaling " << type);
+        rope_params p = scaled(valid(), type);
+        p.scaling.original_max_positions = std::numeric_limits<int32_t>::max();
+        rope_report report = rope_report_init();
+        EXPECT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+    }
+}
+
 TEST_F(Validation, DynamicNeedsRotaryDimFour) {
     rope_params p = scaled(valid(), ROPE_SCALING_DYNAMIC);
     p.rotary_dim = 2;
     expect_rejected(p, ROPE_ERR_BAD_ROTARY, {"rotary_dim=2", "dynamic"});
+}
+
+TEST_F(Validation, DynamicAcceptsRotaryDimFour) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_COMPAT, ROPE_DTYPE_F32, kHeadDim);
+    rope_params p = scaled(valid(), ROPE_SCALING_DYNAMIC);
+    p.rotary_dim = 4;
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
 }
 
 // A sequence stride beyond 2^31 elements splits the call along the sequence axis, and each
@@ -912,6 +1139,16 @@ TEST_F(Validation, YarnBetasAndMscales) {
     p = scaled(valid(), ROPE_SCALING_YARN);
     p.scaling.mscale_all_dim = -0.5f;
     expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.mscale_all_dim", "-0.5"});
+}
+
+TEST_F(Validation, YarnMscalesInfinite) {
+    rope_params p = scaled(valid(), ROPE_SCALING_YARN);
+    p.scaling.mscale = std::numeric_limits<float>::infinity();
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.mscale=inf", "finite"});
+    p = scaled(valid(), ROPE_SCALING_YARN);
+    p.scaling.mscale = 1;
+    p.scaling.mscale_all_dim = std::numeric_limits<float>::infinity();
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.mscale_all_dim=inf", "finite"});
 }
 
 TEST_F(Validation, Llama3FrequencyFactors) {
@@ -956,6 +1193,28 @@ TEST_F(Validation, LongRopeDerivedAttnFactorNeedsOrigAboveOne) {
     p.angles.attn_factor = 1.5f;  // a given factor derives nothing
     rope_report report = rope_report_init();
     EXPECT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+}
+
+// The derived factor's rule holds from the first ratio above 1 (max_positions 2 over orig 1);
+// at ratio 1 nothing is derived, so orig 1 is fine.
+TEST_F(Validation, LongRopeOrigOneAtTheRatioBoundary) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_COMPAT, ROPE_DTYPE_F32, kHeadDim);
+    rope_params p = scaled(valid(), ROPE_SCALING_LONGROPE);
+    p.scaling.original_max_positions = 1;
+    p.scaling.max_positions = 2;
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.original_max_positions=1", "max_positions=2", "attn_factor"});
+    p.scaling.max_positions = 1;
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+}
+
+// Every pair's entry is checked, the last one (rotary_dim/2 - 1) included.
+TEST_F(Validation, ScalingTablesUpToTheLastPair) {
+    expect_table_rules(*this, ROPE_SCALING_LONGROPE, &rope_scaling::long_factor, "long_factor", 0.0f, kHeadDim / 2 - 1);
+    expect_table_rules(*this, ROPE_SCALING_LONGROPE, &rope_scaling::short_factor, "short_factor",
+                       std::numeric_limits<float>::infinity(), kHeadDim / 2 - 1);
+    expect_table_rules(*this, ROPE_SCALING_INV_FREQ, &rope_scaling::inv_freq, "inv_freq",
+                       -std::numeric_limits<float>::infinity(), kHeadDim / 2 - 1);
 }
 
 TEST_F(Validation, CallersInvFreq) {
@@ -1009,6 +1268,23 @@ TEST_F(Validation, PositionsWhoseAnglesLeaveTheExactlyReducedRange) {
     p.positions.offset = (int64_t{1} << 31) - kSeq;
     rope_report report = rope_report_init();
     EXPECT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+}
+
+// A largest |inv_freq| of 3 does not divide 2^32: positions p with 3p < 2^32 run up to
+// 1431655765 (3p = 2^32 - 1), so the limit is 2^32 / 3 rounded up, 1431655766.
+TEST_F(Validation, AngleLimitOfAFrequencyThatDoesNotDivideTwoPow32) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_COMPAT, ROPE_DTYPE_F32, kHeadDim);
+    std::vector<float> inv_freq(kHeadDim / 2, 0.5f);
+    inv_freq[9] = 3.0f;
+    rope_params p = scaled(valid(), ROPE_SCALING_INV_FREQ);
+    p.scaling.inv_freq = inv_freq.data();
+    p.positions = rope_positions{};
+    p.positions.offset = 1431655765 - (kSeq - 1);  // the last token at the largest position
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+    p.positions.offset++;
+    expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE,
+                    {"position 1431655766", "positions must be < 1431655766", "scaling.inv_freq"});
 }
 
 // compat computes inv_freq in f32: a factor whose inverse overflows f32 is refused, since even
@@ -1084,6 +1360,64 @@ TEST_F(Validation, MropeStreamPositionNegative) {
     std::vector<int32_t> streams(3 * kBatch * kSeq, 1);
     streams[2 * kBatch * kSeq + 4] = -7;
     expect_rejected(with_mrope(valid(), streams), ROPE_ERR_POSITION_OUT_OF_RANGE, {"mrope stream 2", "-7"});
+}
+
+TEST_F(Validation, MropeNegativeSectionInEachStream) {
+    const std::vector<int32_t> streams(3 * kBatch * kSeq, 1);
+    for (int stream = 1; stream < 3; stream++) {
+        rope_params p = with_mrope(valid(), streams);
+        p.mrope.sections[0] = 8;
+        p.mrope.sections[stream] = -1;
+        p.mrope.sections[3 - stream] = 25;  // the sum stays rotary_dim/2 = 32
+        const std::string sections = stream == 1 ? "[8, -1, 25]" : "[8, 25, -1]";
+        expect_rejected(p, ROPE_ERR_BAD_VALUE, {"mrope.sections=" + sections, ">= 0"});
+    }
+}
+
+// The kernels read all three streams: an output over the last entry of the third one overlaps.
+TEST_F(Validation, QOutOverlapsTheLastMropeStream) {
+    const int64_t entries = 3 * kBatch * kSeq;
+    rope_params p = with_mrope(valid(), std::vector<int32_t>(entries, 0));
+    std::vector<float> memory(static_cast<size_t>(entries + elements_spanned(p.q_out)), 0.0f);  // zeros: positions 0
+    p.positions.data = memory.data();
+    p.q_out.data = memory.data() + entries;  // just after the streams
+    const rope_status valid_status = missing_kernel_reason(p).empty() ? ROPE_OK : ROPE_ERR_UNSUPPORTED;
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_query(&p, &report), valid_status) << report.message;
+    p.q_out.data = memory.data() + entries - 1;
+    const std::vector<float> before = memory;
+    rope_report refused = rope_report_init();  // asked first: a dispatch of the call could read what it wrote
+    ASSERT_EQ(rope_query(&p, &refused), ROPE_ERR_OVERLAP) << refused.message;
+    expect_rejected(p, ROPE_ERR_OVERLAP, {"q_out", "positions.data"});
+    EXPECT_EQ(memory, before);
+}
+
+// Rules of device=ROPE_DEVICE_CUDA that validation decides, before any driver is loaded: no
+// frequency scaling, no mrope, no varlen, and cos/sin tables below 2^31 elements.
+TEST_F(Validation, CudaCallRules) {
+    rope_params p = scaled(valid(), ROPE_SCALING_LINEAR);
+    p.device = ROPE_DEVICE_CUDA;
+    expect_rejected(p, ROPE_ERR_UNSUPPORTED, {"scaling.type=1", "CUDA calls support ROPE_SCALING_NONE only"});
+
+    const std::vector<int32_t> streams(3 * kBatch * kSeq, 1);
+    p = with_mrope(valid(), streams);
+    p.device = ROPE_DEVICE_CUDA;
+    expect_rejected(p, ROPE_ERR_UNSUPPORTED, {"mrope: CUDA calls take no mrope"});
+
+    p = valid();
+    for (rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
+        t->sizes[0] = 1;
+    }
+    const int32_t cu_seqlens[2] = {0, static_cast<int32_t>(kSeq)};
+    p.varlen.cu_seqlens = cu_seqlens;
+    p.varlen.num_seqs = 1;
+    p.device = ROPE_DEVICE_CUDA;
+    expect_rejected(p, ROPE_ERR_UNSUPPORTED, {"varlen: CUDA calls take no cu_seqlens"});
+
+    p = valid();
+    p.device = ROPE_DEVICE_CUDA;
+    p.angles.cache_len = (int64_t{1} << 31) / (kHeadDim / 2);  // 2^31 elements: one too many
+    expect_rejected(p, ROPE_ERR_UNSUPPORTED, {"angles.cache_len=67108864", "fewer than 2^31 elements"});
 }
 
 // --- the rest of the surface -----------------------------------------------------------------------

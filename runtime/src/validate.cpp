@@ -223,9 +223,13 @@ void check_tensor(Failure &f, const char *name, const rope_tensor &t, ByteRange 
                                         << ")=" << t.strides[axis] << " must be >= 0";
             return;
         }
+        if (multiply_overflows(elements, t.sizes[axis], &elements)) {
+            f.fail(ROPE_ERR_SIZE_OVERFLOW) << name << ".sizes: the element count up to " << kAxisNames[axis]
+                                           << " overflows 64 bits";
+            return;
+        }
         int64_t extent_span = 0;
-        if (multiply_overflows(elements, t.sizes[axis], &elements) ||
-            multiply_overflows(t.sizes[axis] > 0 ? t.sizes[axis] - 1 : 0, t.strides[axis], &extent_span) ||
+        if (multiply_overflows(t.sizes[axis] > 0 ? t.sizes[axis] - 1 : 0, t.strides[axis], &extent_span) ||
             __builtin_add_overflow(span, extent_span, &span)) {
             f.fail(ROPE_ERR_SIZE_OVERFLOW) << name << ".sizes/strides: the element span of " << kAxisNames[axis]
                                            << " overflows 64 bits";
@@ -246,8 +250,6 @@ void check_tensor(Failure &f, const char *name, const rope_tensor &t, ByteRange 
     *range = elements == 0 ? ByteRange{0, 0, true} : bytes_spanned(t, span);
 }
 
-// Positions must lie in [0, limit) (spec §5); reads each table entry once. Positions in device
-// memory (`readable` false) are not read: the kernels clamp them (see rope_params.device).
 // transformers' YaRN attention scale g(f, m) (spec §6).
 double yarn_mscale(double factor, double mscale) {
     return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
@@ -484,6 +486,8 @@ PositionBounds position_bounds(const Index *table, const rope_positions &pos, in
     return {least, greatest};
 }
 
+// Positions must lie in [0, limit) (spec §5); reads each table entry once. Positions in device
+// memory (`readable` false) are not read: the kernels clamp them (see rope_params.device).
 void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64_t seq, int64_t limit,
                      const char *limit_rule, bool readable, const char *table_name = "positions.data",
                      const rope_varlen *varlen = nullptr) {

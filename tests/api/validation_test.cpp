@@ -334,7 +334,7 @@ TEST_F(Validation, HeadDimStrideNotOneWithOnePair) {
 TEST_F(Validation, ElementCountOverflowsWithABroadcastAxis) {
     rope_params p = one_token_of_heads(valid(), int64_t{1} << 62, 4);
     p.q.strides[2] = p.q_out.strides[2] = 0;
-    expect_rejected(p, ROPE_ERR_SIZE_OVERFLOW, {"q.sizes/strides", "head_dim", "overflows 64 bits"});
+    expect_rejected(p, ROPE_ERR_SIZE_OVERFLOW, {"q.sizes: the element count up to head_dim overflows 64 bits"});
 }
 
 // A cache row stride must stay below 2^31 (the kernels index the tables with int32).

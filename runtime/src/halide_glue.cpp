@@ -375,10 +375,11 @@ void set_report_message(rope_report *report, std::string_view message, std::stri
     if (report == nullptr || report->struct_size < sizeof(rope_report)) {
         return;
     }
+    // copy_n, not memcpy: an empty view's data() may be null.
     const size_t length = std::min(message.size(), sizeof(report->message) - 1);
-    std::memcpy(report->message, message.data(), length);
+    std::copy_n(message.data(), length, report->message);
     const size_t added = std::min(more.size(), sizeof(report->message) - 1 - length);
-    std::memcpy(report->message + length, more.data(), added);
+    std::copy_n(more.data(), added, report->message + length);
     report->message[length + added] = '\0';
 }
 

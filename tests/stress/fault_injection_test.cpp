@@ -53,28 +53,54 @@ extern "C" int pthread_create(pthread_t *thread, const pthread_attr_t *attribute
 
 // --- operator new that fails on demand ---------------------------------------------------------------
 // Replaces the global operator new of the whole executable (the library's message building
-// included), to exhaust memory for C++ code as malloc's failure does for the Halide runtime.
+// included), to exhaust memory for C++ code as malloc's failure does for the Halide runtime. Every
+// unaligned form is replaced, delete included, so that no block crosses allocators (ASan checks).
 namespace {
 std::atomic<bool> g_fail_operator_new{false};
-}  // namespace
 
-void *operator new(std::size_t bytes) {
-    if (!g_fail_operator_new.load(std::memory_order_relaxed)) {
-        if (void *block = std::malloc(bytes != 0 ? bytes : 1)) {
-            return block;
-        }
+void *allocate_or_null(std::size_t bytes) noexcept {
+    return g_fail_operator_new.load(std::memory_order_relaxed) ? nullptr : std::malloc(bytes != 0 ? bytes : 1);
+}
+
+void *allocate_or_throw(std::size_t bytes) {
+    if (void *block = allocate_or_null(bytes)) {
+        return block;
     }
     throw std::bad_alloc();
 }
+}  // namespace
 
+void *operator new(std::size_t bytes) {
+    return allocate_or_throw(bytes);
+}
+void *operator new[](std::size_t bytes) {
+    return allocate_or_throw(bytes);
+}
+void *operator new(std::size_t bytes, const std::nothrow_t &) noexcept {
+    return allocate_or_null(bytes);
+}
+void *operator new[](std::size_t bytes, const std::nothrow_t &) noexcept {
+    return allocate_or_null(bytes);
+}
 // The blocks come from malloc above: GCC, seeing a replaced delete inlined, would warn of a mismatch.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void operator delete(void *block) noexcept {
     std::free(block);
 }
-
+void operator delete[](void *block) noexcept {
+    std::free(block);
+}
 void operator delete(void *block, std::size_t) noexcept {
+    std::free(block);
+}
+void operator delete[](void *block, std::size_t) noexcept {
+    std::free(block);
+}
+void operator delete(void *block, const std::nothrow_t &) noexcept {
+    std::free(block);
+}
+void operator delete[](void *block, const std::nothrow_t &) noexcept {
     std::free(block);
 }
 #pragma GCC diagnostic pop

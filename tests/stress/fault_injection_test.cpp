@@ -177,6 +177,38 @@ TEST_F(FaultTest, KernelScratchIsReservedBeforeTheKernelRuns) {
     }
 }
 
+// A per-sequence scaling (the frequencies of each batch item follow its own length) makes the
+// kernels compute a row of inv_freq and a largest position per batch item: the reservation holds
+// them all, so the kernel still allocates nothing of its own.
+TEST_F(FaultTest, PerSequenceScalingReservesARowPerBatchItem) {
+    int checked = 0;
+    for (const KernelEntry *kernel : one_kernel_per_key()) {
+        if (!is_computed(*kernel) || !unsupported_reason(*kernel).empty()) {
+            continue;
+        }
+        CaseSpec c = varied_cases(*kernel, 5).front();
+        c.batch = 6;
+        c.seq = 3;
+        c.positions = random_table(c, 0, 4000, ROPE_INDEX_INT32, 9);
+        c.scaling.type = ROPE_SCALING_DYNAMIC;
+        c.scaling.original_max = 256;
+        c.scaling.factor = 4;
+        for (int32_t num_threads : {1, 3}) {
+            c.num_threads = num_threads;
+            SCOPED_TRACE(std::string(kernel->name) + ": " + c.describe());
+            RopeCall call(c);
+            InjectedAllocator::arm(-1);
+            ASSERT_EQ(call.run(kernel_runner(*kernel)), ROPE_OK) << call.report().message;
+            EXPECT_EQ(InjectedAllocator::calls(), 1) << "one reservation, made before the kernel runs";
+            EXPECT_TRUE(call.check_outputs());
+            checked++;
+        }
+    }
+    if (checked == 0) {
+        GTEST_SKIP() << "this build has no computed-source kernel that runs here";
+    }
+}
+
 // The same for the any-head_dim kernel rotating blocks of several pair vectors: its last block of a
 // head may be partial (the pair count comes at run time), yet the block's storage has a constant
 // size; sized at run time, it was a heap allocation in every task.
@@ -265,6 +297,35 @@ TEST_F(FaultTest, AReservationBeyondTheAddressSpaceIsRefused) {
         EXPECT_FALSE(context.reserve_scratch(bytes)) << bytes;
         EXPECT_EQ(context.take_scratch(1 << 20), nullptr) << bytes;
     }
+}
+
+// A reservation sized for some blocks (scratch_slot_bytes each, as kernel_scratch_bytes adds them)
+// serves exactly those blocks, the last one included, and no more: each 64-byte aligned, with
+// 8 bytes after it that are still the reservation's (halide_malloc's contract).
+TEST_F(FaultTest, AReservationServesTheBlocksItWasSizedFor) {
+    const size_t sizes[] = {64, 4, 200, 128};
+    size_t total = 0;
+    for (const size_t bytes : sizes) {
+        total += scratch_slot_bytes(bytes);
+    }
+    ensure_initialized();  // the reservation comes from the allocator the library found at its first call
+    CallContext context(nullptr, 1);
+    ASSERT_TRUE(context.reserve_scratch(total));
+    const uint8_t *previous = nullptr;
+    size_t previous_bytes = 0;
+    for (const size_t bytes : sizes) {
+        const auto *block = static_cast<const uint8_t *>(context.take_scratch(bytes));
+        ASSERT_NE(block, nullptr) << bytes << " bytes";
+        EXPECT_TRUE(context.owns_scratch(block));
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % 64, 0u);
+        if (previous != nullptr) {
+            EXPECT_GE(static_cast<size_t>(block - previous), previous_bytes + 8) << "no readable gap after the previous block";
+        }
+        previous = block, previous_bytes = bytes;
+    }
+    EXPECT_EQ(context.take_scratch(1), nullptr) << "the reservation is used up";
+    context.reuse_scratch();
+    EXPECT_NE(context.take_scratch(64), nullptr) << "a later slice takes the reservation again";
 }
 
 // A varlen call whose values depend on the sequence runs a kernel per sequence; its scratch, the

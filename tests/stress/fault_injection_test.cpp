@@ -571,5 +571,67 @@ TEST_F(FaultTest, EngineRunnerFailingMidLoopStopsTheCall) {
     EXPECT_TRUE(call.check_untouched_outside_outputs());
 }
 
+// A varlen call whose values depend on the sequence runs a kernel per sequence: when one fails,
+// the message names that sequence and says whether the ones before it were written (they were,
+// unless it is the first). Two sequences of one shape, so each hands the engine as many loops.
+TEST_F(FaultTest, AVarlenSequenceThatFailsSaysWhatWasWritten) {
+    struct FailingAt {
+        int fail_at = -1;
+        std::atomic<int> loops{0};
+        static int run(void *pool, int (*task)(void *, int), void *task_context, int count) {
+            auto *self = static_cast<FailingAt *>(pool);
+            if (self->loops++ == self->fail_at) {
+                return FailingRunner::kError;
+            }
+            for (int i = 0; i < count; i++) {
+                if (const int result = task(task_context, i)) {
+                    return result;
+                }
+            }
+            return 0;
+        }
+    };
+    constexpr int64_t kHeads = 8, kHeadDim = 64, kLength = 32;
+    const std::vector<int32_t> cu_seqlens = {0, kLength, 2 * kLength};
+    const std::vector<int32_t> offsets = {7, 900};
+    const int64_t tokens = cu_seqlens.back(), per_sequence = kLength * kHeads * kHeadDim;
+    std::vector<float> q(static_cast<size_t>(tokens * kHeads * kHeadDim), 0.5f), out(q.size(), -7.0f);
+    rope_params p = rope_params_init();
+    p.q = rope_tensor{q.data(), ROPE_DTYPE_F32, {1, tokens, kHeads, kHeadDim}, {tokens * kHeads * kHeadDim, kHeads * kHeadDim, kHeadDim, 1}};
+    p.q_out = p.q;
+    p.q_out.data = out.data();
+    p.angles.source = ROPE_SOURCE_COMPAT;
+    p.positions.kind = ROPE_POSITIONS_OFFSET;
+    p.positions.data = offsets.data();
+    p.positions.strides[0] = 1;
+    p.varlen.cu_seqlens = cu_seqlens.data();
+    p.varlen.num_seqs = static_cast<int64_t>(offsets.size());
+    p.num_threads = 2;
+    rope_report report = rope_report_init();
+    if (rope_query(&p, &report) != ROPE_OK) {
+        GTEST_SKIP() << report.message;
+    }
+    FailingAt runner;
+    rope_set_parallel_runner(&FailingAt::run, &runner);
+    ASSERT_EQ(rope_dispatch(&p, &report), ROPE_OK) << report.message;
+    const int loops = runner.loops.load();
+    ASSERT_TRUE(loops >= 2 && loops % 2 == 0) << loops << " loops handed over for two sequences of one shape";
+
+    for (const int sequence : {0, 1}) {
+        SCOPED_TRACE("failing in sequence " + std::to_string(sequence));
+        std::fill(out.begin(), out.end(), -7.0f);
+        runner.loops = 0;
+        runner.fail_at = sequence * loops / 2;  // the sequence's first loop
+        EXPECT_EQ(rope_dispatch(&p, &report), ROPE_ERR_INTERNAL);
+        EXPECT_TRUE(contains(report.message, "sequence " + std::to_string(sequence) + " of the varlen call"))
+            << report.message;
+        EXPECT_EQ(contains(report.message, "the sequences before it were written"), sequence > 0) << report.message;
+        const auto written = std::count_if(out.begin(), out.begin() + per_sequence, [](float v) { return v != -7.0f; });
+        EXPECT_EQ(written, sequence > 0 ? per_sequence : 0) << "sequence 0 is written before sequence 1 runs, and only then";
+        EXPECT_TRUE(std::all_of(out.begin() + per_sequence, out.end(), [](float v) { return v == -7.0f; }))
+            << "the failed sequence's first loop wrote nothing";
+    }
+}
+
 }  // namespace
 }  // namespace ropegen::test

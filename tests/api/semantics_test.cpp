@@ -105,12 +105,44 @@ TEST(ApiSemantics, OutputOverlappingItselfIsRejected) {
     }
 }
 
+// q holds no heads, k does: the call still rotates k (only a call where neither has any is a no-op).
+TEST(ApiSemantics, KIsRotatedWhenQHasNoHeads) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 64);
+    RopeCall whole(small_case());
+    ASSERT_EQ(whole.run(dispatch_runner()), ROPE_OK) << whole.report().message;
+    ASSERT_TRUE(whole.check_outputs());
+    RopeCall k_only(small_case());
+    const Runner no_q_heads = [](const rope_params *params, rope_report *report) {
+        rope_params p = *params;
+        p.q.sizes[2] = p.q_out.sizes[2] = 0;
+        return rope_dispatch(&p, report);
+    };
+    ASSERT_EQ(k_only.run(no_q_heads), ROPE_OK) << k_only.report().message;
+    EXPECT_TRUE(same_bits(k_only.k_out, whole.k_out)) << "k must be rotated as in the call where q has heads";
+    EXPECT_TRUE(k_only.check_untouched_outside_outputs());
+}
+
 // A stride of q beyond int32 on one token or head axis (the dispatcher then runs the kernels slice
-// by slice, k included): the results are bit for bit those of a compact copy of the same input.
-class HugeStrideTest : public ::testing::TestWithParam<int> {};
+// by slice, k included): the results are bit for bit those of a compact copy of the same input,
+// for a position table and for positions given as offsets (each slice of tokens then starts at its
+// own position: the offset plus the index of its first token).
+class HugeStrideTest : public ::testing::TestWithParam<int> {
+protected:
+    static void expect_same_bits_as_a_compact_copy(int axis, PositionMode mode);
+};
 
 TEST_P(HugeStrideTest, SameBitsAsACompactCopy) {
-    const int axis = GetParam();
+    expect_same_bits_as_a_compact_copy(GetParam(), PositionMode::Table);
+}
+
+TEST_P(HugeStrideTest, OffsetPositionsSameBitsAsACompactCopy) {
+    for (const PositionMode mode : {PositionMode::ScalarOffset, PositionMode::BatchOffsets}) {
+        SCOPED_TRACE(mode == PositionMode::ScalarOffset ? "scalar offset" : "batch offsets");
+        expect_same_bits_as_a_compact_copy(GetParam(), mode);
+    }
+}
+
+void HugeStrideTest::expect_same_bits_as_a_compact_copy(int axis, PositionMode mode) {
     CaseSpec c;
     c.source = ROPE_SOURCE_COMPAT;
     // A 16-bit dtype if the build has one: a 2^31-element stride then spans 4 GiB, not 8.
@@ -127,6 +159,8 @@ TEST_P(HugeStrideTest, SameBitsAsACompactCopy) {
     c.k_heads = 3;  // compact, and more heads than q: slices along heads cover both counts
     c.head_dim = 64;
     c.positions = random_table(c, 0, 1000, ROPE_INDEX_INT32, 5);
+    c.positions.mode = mode;
+    c.positions.scalar_offset = 100;
     RopeCall compact(c);
     ASSERT_EQ(compact.run(dispatch_runner()), ROPE_OK) << compact.report().message;
     ASSERT_TRUE(compact.check_outputs());

@@ -146,6 +146,66 @@ std::vector<VarlenCase> varlen_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Varlen, VarlenTest, ::testing::ValuesIn(varlen_cases()), case_name);
 
+// Per-sequence offsets may be strided (positions.strides[0]) and of either index type: sequence b
+// takes the entry at b * stride, never one of the entries between (here other valid positions).
+class VarlenStridedOffsetsTest : public VarlenTest {};
+
+TEST_P(VarlenStridedOffsetsTest, EachSequenceTakesItsOwnEntry) {
+    constexpr int64_t kStride = 3;
+    const int64_t num_seqs = static_cast<int64_t>(kCuSeqlens.size()) - 1;
+    std::vector<int32_t> offsets32;
+    std::vector<int64_t> offsets64;
+    for (int64_t b = 0; b < num_seqs; b++) {
+        for (int64_t j = 0; j < kStride; j++) {
+            const int64_t value = j == 0 ? offsets_[static_cast<size_t>(b)] : 500 + 10 * b + j;
+            offsets32.push_back(static_cast<int32_t>(value));
+            offsets64.push_back(value);
+        }
+    }
+    for (const rope_index_type index_type : {ROPE_INDEX_INT32, ROPE_INDEX_INT64}) {
+        SCOPED_TRACE(index_type == ROPE_INDEX_INT32 ? "int32 offsets" : "int64 offsets");
+        std::vector<uint8_t> packed(x_.size(), 0xEE), alone(x_.size(), 0xEE);
+        rope_params p = params(x_.data(), packed.data(), 0, tokens_);
+        p.varlen.cu_seqlens = kCuSeqlens.data();
+        p.varlen.index_type = ROPE_INDEX_INT64;
+        p.varlen.num_seqs = num_seqs;
+        p.positions.index_type = index_type;
+        p.positions.data = index_type == ROPE_INDEX_INT32 ? static_cast<const void *>(offsets32.data())
+                                                          : static_cast<const void *>(offsets64.data());
+        p.positions.strides[0] = kStride;
+        rope_report report = rope_report_init();
+        ASSERT_EQ(rope_dispatch(&p, &report), ROPE_OK) << report.message;
+
+        for (int64_t b = 0; b < num_seqs; b++) {
+            const int64_t start = kCuSeqlens[static_cast<size_t>(b)], length = kCuSeqlens[static_cast<size_t>(b) + 1] - start;
+            if (length == 0) {
+                continue;
+            }
+            rope_params one = params(x_.data(), alone.data(), start, length);
+            one.positions.index_type = ROPE_INDEX_INT64;
+            one.positions.offset = offsets_[static_cast<size_t>(b)];
+            rope_report r = rope_report_init();
+            ASSERT_EQ(rope_dispatch(&one, &r), ROPE_OK) << r.message;
+        }
+        for (size_t i = 0; i < packed.size(); i += element_) {
+            ASSERT_EQ(std::memcmp(&packed[i], &alone[i], element_), 0)
+                << "token " << i / element_ / (kHeads * kHeadDim) << " differs from its sequence rotated alone";
+        }
+    }
+}
+
+std::vector<VarlenCase> strided_offset_cases() {
+    std::vector<VarlenCase> cases;
+    for (const VarlenCase &c : varlen_cases()) {
+        if (c.positions == Positions::PerSequenceOffsets) {
+            cases.push_back(c);
+        }
+    }
+    return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Varlen, VarlenStridedOffsetsTest, ::testing::ValuesIn(strided_offset_cases()), case_name);
+
 TEST(VarlenValidation, RulesWriteNothing) {
     std::vector<float> x(10 * 2 * 8, 1.0f), out(x.size(), 7.0f);
     const std::vector<int32_t> good = {0, 4, 10};

@@ -20,6 +20,11 @@
 #include "support/kernels.h"
 #include "support/rope_case.h"
 
+// The entry point through which a kernel runs its parallel loops (Halide's runtime, in the library;
+// HalideRuntime.h is not on this program's include path).
+extern "C" int halide_do_par_for(void *user_context, int (*task)(void *, int, uint8_t *), int min, int extent,
+                                 uint8_t *closure);
+
 namespace ropegen::test {
 namespace {
 
@@ -254,6 +259,33 @@ TEST(DecodeBatch, FoldedCallGivesTheBitsOfOneCallPerItem) {
     }
 }
 
+// A decode step whose frequencies depend on each item's own length (a per-sequence scaling: the
+// item's position + 1) is not folded into parts of several tokens (dispatch.cpp,
+// foldable_decode_step): each item keeps its own length, though both parts here pair a short
+// item with one beyond original_max_positions.
+TEST(DecodeBatch, PerSequenceScalingKeepsEachItemsLength) {
+    for (const rope_scaling_type type : {ROPE_SCALING_DYNAMIC, ROPE_SCALING_LONGROPE}) {
+        CaseSpec c;
+        c.batch = 4, c.seq = 1, c.q_heads = 2, c.k_heads = 1, c.head_dim = 64;
+        c.source = ROPE_SOURCE_COMPAT;
+        c.num_threads = 2;  // folded, 2 parts of 2 tokens
+        c.positions = random_table(c, 0, 1, ROPE_INDEX_INT32, 7);
+        c.positions.values = {10, 3000, 40, 2500};
+        c.scaling.type = type;
+        c.scaling.original_max = 256;
+        c.scaling.factor = 8;
+        for (int i = 0; type == ROPE_SCALING_LONGROPE && i < c.head_dim / 2; i++) {
+            c.scaling.short_factor.push_back(1.0f + 0.03f * static_cast<float>(i));
+            c.scaling.long_factor.push_back(2.0f + 0.4f * static_cast<float>(i));
+        }
+        SCOPED_TRACE(c.describe());
+        ROPEGEN_SKIP_UNLESS_BUILT(c.style, c.source, c.dtype, c.head_dim);
+        RopeCall call(c);
+        ASSERT_EQ(call.run(dispatch_runner()), ROPE_OK) << call.report().message;
+        EXPECT_TRUE(call.check_outputs());
+    }
+}
+
 // Every key reaches the kernel of that key: style, source and dtype are never mixed up.
 TEST(KernelChoice, EveryKeyPicksItsKernel) {
     for (rope_style style : {ROPE_STYLE_HALF, ROPE_STYLE_INTERLEAVED}) {
@@ -440,6 +472,36 @@ TEST(DecodeBatch, SmallCallRunsOnTheEnginesPoolInParts) {
     EXPECT_TRUE(same_bits(engine.q_out, serial.q_out));
     EXPECT_TRUE(same_bits(engine.k_out, serial.k_out));
     EXPECT_TRUE(engine.check_outputs());
+}
+
+// A parallel loop of a kernel may start at any index: every way of running it (the calling
+// thread, the library's pool, a loop spread over fewer tasks than iterations, an engine's runner)
+// runs each of the iterations [min, min + extent) once, and no other.
+TEST(Threads, ParallelLoopsRunTheirIterationsFromMin) {
+    constexpr int kMin = 5, kExtent = 7;
+    struct Seen {
+        std::atomic<int> count[kMin + kExtent + 1];
+    };
+    const ParallelTask record = [](void *, int index, uint8_t *closure) {
+        reinterpret_cast<Seen *>(closure)->count[std::min(index, kMin + kExtent)]++;
+        return 0;
+    };
+    CountingPool pool;
+    for (const bool engine : {false, true}) {
+        for (const int threads : {1, 0, 2, 3}) {
+            SCOPED_TRACE(std::string(engine ? "engine's runner" : "library's pool") + ", num_threads " +
+                         std::to_string(threads));
+            rope_set_parallel_runner(engine ? &CountingPool::run : nullptr, &pool);
+            Seen seen{};
+            CallContext context(nullptr, threads);
+            const int result = halide_do_par_for(&context, record, kMin, kExtent, reinterpret_cast<uint8_t *>(&seen));
+            rope_set_parallel_runner(nullptr, nullptr);
+            ASSERT_EQ(result, 0);
+            for (int i = 0; i <= kMin + kExtent; i++) {
+                EXPECT_EQ(seen.count[i].load(), i >= kMin && i < kMin + kExtent ? 1 : 0) << "iteration " << i;
+            }
+        }
+    }
 }
 
 // A task failure reported by the engine's runner becomes the call's status, not a crash.

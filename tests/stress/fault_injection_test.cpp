@@ -203,6 +203,38 @@ TEST_F(FaultTest, KernelScratchIsReservedBeforeTheKernelRuns) {
     }
 }
 
+// A per-sequence scaling (the frequencies of each batch item follow its own length) makes the
+// kernels compute a row of inv_freq and a largest position per batch item: the reservation holds
+// them all, so the kernel still allocates nothing of its own.
+TEST_F(FaultTest, PerSequenceScalingReservesARowPerBatchItem) {
+    int checked = 0;
+    for (const KernelEntry *kernel : one_kernel_per_key()) {
+        if (!is_computed(*kernel) || !unsupported_reason(*kernel).empty()) {
+            continue;
+        }
+        CaseSpec c = varied_cases(*kernel, 5).front();
+        c.batch = 6;
+        c.seq = 3;
+        c.positions = random_table(c, 0, 4000, ROPE_INDEX_INT32, 9);
+        c.scaling.type = ROPE_SCALING_DYNAMIC;
+        c.scaling.original_max = 256;
+        c.scaling.factor = 4;
+        for (int32_t num_threads : {1, 3}) {
+            c.num_threads = num_threads;
+            SCOPED_TRACE(std::string(kernel->name) + ": " + c.describe());
+            RopeCall call(c);
+            InjectedAllocator::arm(-1);
+            ASSERT_EQ(call.run(kernel_runner(*kernel)), ROPE_OK) << call.report().message;
+            EXPECT_EQ(InjectedAllocator::calls(), 1) << "one reservation, made before the kernel runs";
+            EXPECT_TRUE(call.check_outputs());
+            checked++;
+        }
+    }
+    if (checked == 0) {
+        GTEST_SKIP() << "this build has no computed-source kernel that runs here";
+    }
+}
+
 // The same for the any-head_dim kernel rotating blocks of several pair vectors: its last block of a
 // head may be partial (the pair count comes at run time), yet the block's storage has a constant
 // size; sized at run time, it was a heap allocation in every task.
@@ -291,6 +323,35 @@ TEST_F(FaultTest, AReservationBeyondTheAddressSpaceIsRefused) {
         EXPECT_FALSE(context.reserve_scratch(bytes)) << bytes;
         EXPECT_EQ(context.take_scratch(1 << 20), nullptr) << bytes;
     }
+}
+
+// A reservation sized for some blocks (scratch_slot_bytes each, as kernel_scratch_bytes adds them)
+// serves exactly those blocks, the last one included, and no more: each 64-byte aligned, with
+// 8 bytes after it that are still the reservation's (halide_malloc's contract).
+TEST_F(FaultTest, AReservationServesTheBlocksItWasSizedFor) {
+    const size_t sizes[] = {64, 4, 200, 128};
+    size_t total = 0;
+    for (const size_t bytes : sizes) {
+        total += scratch_slot_bytes(bytes);
+    }
+    ensure_initialized();  // the reservation comes from the allocator the library found at its first call
+    CallContext context(nullptr, 1);
+    ASSERT_TRUE(context.reserve_scratch(total));
+    const uint8_t *previous = nullptr;
+    size_t previous_bytes = 0;
+    for (const size_t bytes : sizes) {
+        const auto *block = static_cast<const uint8_t *>(context.take_scratch(bytes));
+        ASSERT_NE(block, nullptr) << bytes << " bytes";
+        EXPECT_TRUE(context.owns_scratch(block));
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % 64, 0u);
+        if (previous != nullptr) {
+            EXPECT_GE(static_cast<size_t>(block - previous), previous_bytes + 8) << "no readable gap after the previous block";
+        }
+        previous = block, previous_bytes = bytes;
+    }
+    EXPECT_EQ(context.take_scratch(1), nullptr) << "the reservation is used up";
+    context.reuse_scratch();
+    EXPECT_NE(context.take_scratch(64), nullptr) << "a later slice takes the reservation again";
 }
 
 // A varlen call whose values depend on the sequence runs a kernel per sequence; its scratch, the
@@ -534,6 +595,68 @@ TEST_F(FaultTest, EngineRunnerFailingMidLoopStopsTheCall) {
     EXPECT_EQ(runner.loops.load(), 1) << "no loop after the failed one";
     EXPECT_GT(runner.tasks_run.load(), 0);
     EXPECT_TRUE(call.check_untouched_outside_outputs());
+}
+
+// A varlen call whose values depend on the sequence runs a kernel per sequence: when one fails,
+// the message names that sequence and says whether the ones before it were written (they were,
+// unless it is the first). Two sequences of one shape, so each hands the engine as many loops.
+TEST_F(FaultTest, AVarlenSequenceThatFailsSaysWhatWasWritten) {
+    struct FailingAt {
+        int fail_at = -1;
+        std::atomic<int> loops{0};
+        static int run(void *pool, int (*task)(void *, int), void *task_context, int count) {
+            auto *self = static_cast<FailingAt *>(pool);
+            if (self->loops++ == self->fail_at) {
+                return FailingRunner::kError;
+            }
+            for (int i = 0; i < count; i++) {
+                if (const int result = task(task_context, i)) {
+                    return result;
+                }
+            }
+            return 0;
+        }
+    };
+    constexpr int64_t kHeads = 8, kHeadDim = 64, kLength = 32;
+    const std::vector<int32_t> cu_seqlens = {0, kLength, 2 * kLength};
+    const std::vector<int32_t> offsets = {7, 900};
+    const int64_t tokens = cu_seqlens.back(), per_sequence = kLength * kHeads * kHeadDim;
+    std::vector<float> q(static_cast<size_t>(tokens * kHeads * kHeadDim), 0.5f), out(q.size(), -7.0f);
+    rope_params p = rope_params_init();
+    p.q = rope_tensor{q.data(), ROPE_DTYPE_F32, {1, tokens, kHeads, kHeadDim}, {tokens * kHeads * kHeadDim, kHeads * kHeadDim, kHeadDim, 1}};
+    p.q_out = p.q;
+    p.q_out.data = out.data();
+    p.angles.source = ROPE_SOURCE_COMPAT;
+    p.positions.kind = ROPE_POSITIONS_OFFSET;
+    p.positions.data = offsets.data();
+    p.positions.strides[0] = 1;
+    p.varlen.cu_seqlens = cu_seqlens.data();
+    p.varlen.num_seqs = static_cast<int64_t>(offsets.size());
+    p.num_threads = 2;
+    rope_report report = rope_report_init();
+    if (rope_query(&p, &report) != ROPE_OK) {
+        GTEST_SKIP() << report.message;
+    }
+    FailingAt runner;
+    rope_set_parallel_runner(&FailingAt::run, &runner);
+    ASSERT_EQ(rope_dispatch(&p, &report), ROPE_OK) << report.message;
+    const int loops = runner.loops.load();
+    ASSERT_TRUE(loops >= 2 && loops % 2 == 0) << loops << " loops handed over for two sequences of one shape";
+
+    for (const int sequence : {0, 1}) {
+        SCOPED_TRACE("failing in sequence " + std::to_string(sequence));
+        std::fill(out.begin(), out.end(), -7.0f);
+        runner.loops = 0;
+        runner.fail_at = sequence * loops / 2;  // the sequence's first loop
+        EXPECT_EQ(rope_dispatch(&p, &report), ROPE_ERR_INTERNAL);
+        EXPECT_TRUE(contains(report.message, "sequence " + std::to_string(sequence) + " of the varlen call"))
+            << report.message;
+        EXPECT_EQ(contains(report.message, "the sequences before it were written"), sequence > 0) << report.message;
+        const auto written = std::count_if(out.begin(), out.begin() + per_sequence, [](float v) { return v != -7.0f; });
+        EXPECT_EQ(written, sequence > 0 ? per_sequence : 0) << "sequence 0 is written before sequence 1 runs, and only then";
+        EXPECT_TRUE(std::all_of(out.begin() + per_sequence, out.end(), [](float v) { return v == -7.0f; }))
+            << "the failed sequence's first loop wrote nothing";
+    }
 }
 
 }  // namespace

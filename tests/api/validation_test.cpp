@@ -91,6 +91,25 @@ public:  // the helpers below also serve free functions of this file
         EXPECT_STREQ(query.message, report.message);
     }
 
+    /// A valid call: rope_query accepts it (UNSUPPORTED where this build lacks its kernel).
+    void expect_accepted(const rope_params &params) const {
+        rope_report report = rope_report_init();
+        EXPECT_EQ(rope_query(&params, &report), missing_kernel_reason(params).empty() ? ROPE_OK : ROPE_ERR_UNSUPPORTED)
+            << report.message;
+    }
+
+    /// An output over a table in `memory` the call reads: refused, by rope_query first (a dispatch
+    /// of a call wrongly accepted could read what it wrote), then as expect_rejected, with
+    /// `memory` untouched.
+    void expect_overlap_refused(const rope_params &params, const std::vector<std::string> &names,
+                                const std::vector<float> &memory) const {
+        const std::vector<float> before = memory;
+        rope_report refused = rope_report_init();
+        ASSERT_EQ(rope_query(&params, &refused), ROPE_ERR_OVERLAP) << refused.message;
+        expect_rejected(params, ROPE_ERR_OVERLAP, names);
+        EXPECT_EQ(memory, before);
+    }
+
     /// A new int32 position table [batch][seq] for the call (kept alive by the fixture).
     const void *positions32(std::vector<int32_t> values) {
         tables32_.push_back(std::move(values));
@@ -581,14 +600,10 @@ TEST_F(Validation, QOutOverlapsThePositionTable) {
     p.positions.strides[0] = kSeq;
     p.positions.strides[1] = 1;
     p.positions.data = memory.data() + q_elements - 1;  // the last element of q_out
-    const std::vector<float> before = memory;
-    expect_rejected(p, ROPE_ERR_OVERLAP, {"q_out", "positions.data"});
-    EXPECT_EQ(memory, before);
+    expect_overlap_refused(p, {"q_out", "positions.data"}, memory);
 
     p.positions.data = memory.data() + q_elements;
-    const rope_status valid_status = missing_kernel_reason(p).empty() ? ROPE_OK : ROPE_ERR_UNSUPPORTED;
-    rope_report report = rope_report_init();
-    EXPECT_EQ(rope_query(&p, &report), valid_status) << report.message;
+    expect_accepted(p);
 }
 
 // The same for the other tables a call reads.
@@ -608,16 +623,10 @@ TEST_F(Validation, PositionTableEndingAtQOut) {
     p.positions.strides[1] = 1;
     p.positions.data = memory.data();
     p.q_out.data = memory.data() + entries;
-    const rope_status valid_status = missing_kernel_reason(p).empty() ? ROPE_OK : ROPE_ERR_UNSUPPORTED;
-    rope_report report = rope_report_init();
-    EXPECT_EQ(rope_query(&p, &report), valid_status) << report.message;
+    expect_accepted(p);
 
     p.positions.data = memory.data() + 1;
-    const std::vector<float> before = memory;
-    rope_report refused = rope_report_init();  // asked first: a dispatch of the call could read what it wrote
-    ASSERT_EQ(rope_query(&p, &refused), ROPE_ERR_OVERLAP) << refused.message;
-    expect_rejected(p, ROPE_ERR_OVERLAP, {"q_out", "positions.data"});
-    EXPECT_EQ(memory, before);
+    expect_overlap_refused(p, {"q_out", "positions.data"}, memory);
 }
 
 // The other tables an output must not share a byte with: the sin table, and the last row of a
@@ -633,15 +642,9 @@ TEST_F(Validation, KOutOverlapsTheSinCacheOrTheLastCacheRow) {
     std::vector<float> memory(static_cast<size_t>(table + elements_spanned(p.k_out)), 0.0f);
     p.angles.cos_cache = memory.data();
     p.k_out.data = memory.data() + table;  // just after the last row
-    const rope_status valid_status = missing_kernel_reason(p).empty() ? ROPE_OK : ROPE_ERR_UNSUPPORTED;
-    rope_report report = rope_report_init();
-    EXPECT_EQ(rope_query(&p, &report), valid_status) << report.message;
+    expect_accepted(p);
     p.k_out.data = memory.data() + table - pairs + 1;  // the last row's second pair
-    const std::vector<float> before = memory;
-    rope_report refused = rope_report_init();  // asked first: a dispatch of the call could read what it wrote
-    ASSERT_EQ(rope_query(&p, &refused), ROPE_ERR_OVERLAP) << refused.message;
-    expect_rejected(p, ROPE_ERR_OVERLAP, {"k_out", "angles.cos_cache"});
-    EXPECT_EQ(memory, before);
+    expect_overlap_refused(p, {"k_out", "angles.cos_cache"}, memory);
 }
 
 // cu_seqlens is read by the kernels too: an output over its last entry is refused.
@@ -656,21 +659,14 @@ TEST_F(Validation, QOutOverlapsCuSeqlens) {
     const int32_t cu_seqlens[2] = {0, static_cast<int32_t>(kSeq)};
     p.q_out.data = memory.data();
     p.varlen.num_seqs = 1;
-    for (int64_t at : {span, span - 1}) {  // just after q_out, then over its last element
+    auto seqlens_at = [&](int64_t at) {
         std::memcpy(memory.data() + at, cu_seqlens, sizeof(cu_seqlens));
         p.varlen.cu_seqlens = memory.data() + at;
-        const std::vector<float> before = memory;
-        if (at == span) {
-            const rope_status valid_status = missing_kernel_reason(p).empty() ? ROPE_OK : ROPE_ERR_UNSUPPORTED;
-            rope_report report = rope_report_init();
-            EXPECT_EQ(rope_query(&p, &report), valid_status) << report.message;
-        } else {
-            rope_report refused = rope_report_init();  // asked first: a dispatch of the call could read what it wrote
-            ASSERT_EQ(rope_query(&p, &refused), ROPE_ERR_OVERLAP) << refused.message;
-            expect_rejected(p, ROPE_ERR_OVERLAP, {"q_out", "varlen.cu_seqlens"});
-        }
-        EXPECT_EQ(memory, before);
-    }
+    };
+    seqlens_at(span);  // just after q_out
+    expect_accepted(p);
+    seqlens_at(span - 1);  // over its last element
+    expect_overlap_refused(p, {"q_out", "varlen.cu_seqlens"}, memory);
 }
 
 // q_out 18 bytes (4.5 f32 elements) after q, tokens 8 elements apart: the output straddles the
@@ -1066,11 +1062,7 @@ TEST_F(Validation, QOutOverlapsAScalingTable) {
         std::vector<float> memory(static_cast<size_t>(span + kHeadDim / 2), 1.5f);  // valid factors and frequencies
         p.q_out.data = memory.data();
         p.scaling.*c.table = memory.data() + span - 1;
-        const std::vector<float> before = memory;
-        rope_report refused = rope_report_init();  // asked first: a dispatch of the call could read what it wrote
-        ASSERT_EQ(rope_query(&p, &refused), ROPE_ERR_OVERLAP) << refused.message;
-        expect_rejected(p, ROPE_ERR_OVERLAP, {"q_out", c.name});
-        EXPECT_EQ(memory, before);
+        expect_overlap_refused(p, {"q_out", c.name}, memory);
     }
 }
 
@@ -1381,15 +1373,9 @@ TEST_F(Validation, QOutOverlapsTheLastMropeStream) {
     std::vector<float> memory(static_cast<size_t>(entries + elements_spanned(p.q_out)), 0.0f);  // zeros: positions 0
     p.positions.data = memory.data();
     p.q_out.data = memory.data() + entries;  // just after the streams
-    const rope_status valid_status = missing_kernel_reason(p).empty() ? ROPE_OK : ROPE_ERR_UNSUPPORTED;
-    rope_report report = rope_report_init();
-    EXPECT_EQ(rope_query(&p, &report), valid_status) << report.message;
+    expect_accepted(p);
     p.q_out.data = memory.data() + entries - 1;
-    const std::vector<float> before = memory;
-    rope_report refused = rope_report_init();  // asked first: a dispatch of the call could read what it wrote
-    ASSERT_EQ(rope_query(&p, &refused), ROPE_ERR_OVERLAP) << refused.message;
-    expect_rejected(p, ROPE_ERR_OVERLAP, {"q_out", "positions.data"});
-    EXPECT_EQ(memory, before);
+    expect_overlap_refused(p, {"q_out", "positions.data"}, memory);
 }
 
 // Rules of device=ROPE_DEVICE_CUDA that validation decides, before any driver is loaded: no

@@ -374,6 +374,25 @@ TEST_F(FaultTest, AReservationServesTheBlocksItWasSizedFor) {
     EXPECT_NE(context.take_scratch(64), nullptr) << "a later slice takes the reservation again";
 }
 
+// A decode step's parts each borrow their own slice of the step's reservation: a part's blocks
+// start at its offset and stay inside its slice, so parts running at once share no scratch.
+TEST_F(FaultTest, APartBorrowsItsOwnSliceOfTheReservation) {
+    ensure_initialized();
+    const size_t part_bytes = scratch_slot_bytes(256);
+    CallContext whole(nullptr, 1);
+    ASSERT_TRUE(whole.reserve_scratch(2 * part_bytes));
+    CallContext first(nullptr, 1), second(nullptr, 1);
+    whole.lend_scratch(&first, 0, part_bytes);
+    whole.lend_scratch(&second, part_bytes, part_bytes);
+    const auto *first_block = static_cast<const uint8_t *>(first.take_scratch(256));
+    const auto *second_block = static_cast<const uint8_t *>(second.take_scratch(256));
+    ASSERT_NE(first_block, nullptr);
+    ASSERT_NE(second_block, nullptr);
+    EXPECT_EQ(static_cast<size_t>(second_block - first_block), part_bytes);
+    EXPECT_TRUE(whole.owns_scratch(second_block));
+    EXPECT_EQ(second.take_scratch(1), nullptr) << "the slice holds its own blocks only";
+}
+
 // A packed (THD) f32 call of the compat source, q only: q = 0.5 and q_out = -7 everywhere, an
 // offset per sequence, which makes the dispatcher run a kernel per sequence.
 struct VarlenCompatCall {

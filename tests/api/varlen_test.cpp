@@ -76,6 +76,35 @@ protected:
         return p;
     }
 
+    /// `packed`, the output of a packed call, holds bit for bit what each sequence rotated on its
+    /// own by its positions (as the case gives them) gives.
+    void expect_each_sequence_alone(const std::vector<uint8_t> &packed) {
+        std::vector<uint8_t> alone(x_.size(), 0xEE);
+        for (size_t b = 0; b + 1 < kCuSeqlens.size(); b++) {
+            const int64_t start = kCuSeqlens[b], length = kCuSeqlens[b + 1] - start;
+            if (length == 0) {
+                continue;
+            }
+            rope_params one = params(x_.data(), alone.data(), start, length);
+            one.positions.index_type = ROPE_INDEX_INT64;
+            switch (GetParam().positions) {
+                case Positions::PerToken:
+                    one.positions.kind = ROPE_POSITIONS_TABLE;
+                    one.positions.data = token_positions_.data() + start;
+                    one.positions.strides[1] = 1;
+                    break;
+                case Positions::PerSequenceOffsets: one.positions.offset = offsets_[b]; break;
+                case Positions::ScalarOffset: one.positions.offset = 11; break;
+            }
+            rope_report r = rope_report_init();
+            ASSERT_EQ(rope_dispatch(&one, &r), ROPE_OK) << r.message;
+        }
+        for (size_t i = 0; i < packed.size(); i += element_) {
+            ASSERT_EQ(std::memcmp(&packed[i], &alone[i], element_), 0)
+                << "token " << i / element_ / (kHeads * kHeadDim) << " differs from its sequence rotated alone";
+        }
+    }
+
     size_t element_ = 4;
     int64_t tokens_ = 0;
     std::vector<uint8_t> x_;
@@ -85,8 +114,7 @@ protected:
 
 TEST_P(VarlenTest, EqualsEachSequenceAlone) {
     const VarlenCase c = GetParam();
-    std::vector<uint8_t> packed(x_.size(), 0xEE), alone(x_.size(), 0xEE);
-
+    std::vector<uint8_t> packed(x_.size(), 0xEE);
     rope_params p = params(x_.data(), packed.data(), 0, tokens_);
     p.varlen.cu_seqlens = kCuSeqlens.data();
     p.varlen.index_type = ROPE_INDEX_INT64;
@@ -107,29 +135,7 @@ TEST_P(VarlenTest, EqualsEachSequenceAlone) {
     rope_report report = rope_report_init();
     ASSERT_EQ(rope_dispatch(&p, &report), ROPE_OK) << report.message;
 
-    for (size_t b = 0; b + 1 < kCuSeqlens.size(); b++) {
-        const int64_t start = kCuSeqlens[b], length = kCuSeqlens[b + 1] - start;
-        if (length == 0) {
-            continue;
-        }
-        rope_params one = params(x_.data(), alone.data(), start, length);
-        one.positions.index_type = ROPE_INDEX_INT64;
-        switch (c.positions) {
-            case Positions::PerToken:
-                one.positions.kind = ROPE_POSITIONS_TABLE;
-                one.positions.data = token_positions_.data() + start;
-                one.positions.strides[1] = 1;
-                break;
-            case Positions::PerSequenceOffsets: one.positions.offset = offsets_[b]; break;
-            case Positions::ScalarOffset: one.positions.offset = 11; break;
-        }
-        rope_report r = rope_report_init();
-        ASSERT_EQ(rope_dispatch(&one, &r), ROPE_OK) << r.message;
-    }
-    for (size_t i = 0; i < packed.size(); i += element_) {
-        ASSERT_EQ(std::memcmp(&packed[i], &alone[i], element_), 0)
-            << "token " << i / element_ / (kHeads * kHeadDim) << " differs from its sequence rotated alone";
-    }
+    expect_each_sequence_alone(packed);
 }
 
 std::vector<VarlenCase> varlen_cases() {
@@ -164,7 +170,7 @@ TEST_P(VarlenStridedOffsetsTest, EachSequenceTakesItsOwnEntry) {
     }
     for (const rope_index_type index_type : {ROPE_INDEX_INT32, ROPE_INDEX_INT64}) {
         SCOPED_TRACE(index_type == ROPE_INDEX_INT32 ? "int32 offsets" : "int64 offsets");
-        std::vector<uint8_t> packed(x_.size(), 0xEE), alone(x_.size(), 0xEE);
+        std::vector<uint8_t> packed(x_.size(), 0xEE);
         rope_params p = params(x_.data(), packed.data(), 0, tokens_);
         p.varlen.cu_seqlens = kCuSeqlens.data();
         p.varlen.index_type = ROPE_INDEX_INT64;
@@ -175,22 +181,7 @@ TEST_P(VarlenStridedOffsetsTest, EachSequenceTakesItsOwnEntry) {
         p.positions.strides[0] = kStride;
         rope_report report = rope_report_init();
         ASSERT_EQ(rope_dispatch(&p, &report), ROPE_OK) << report.message;
-
-        for (int64_t b = 0; b < num_seqs; b++) {
-            const int64_t start = kCuSeqlens[static_cast<size_t>(b)], length = kCuSeqlens[static_cast<size_t>(b) + 1] - start;
-            if (length == 0) {
-                continue;
-            }
-            rope_params one = params(x_.data(), alone.data(), start, length);
-            one.positions.index_type = ROPE_INDEX_INT64;
-            one.positions.offset = offsets_[static_cast<size_t>(b)];
-            rope_report r = rope_report_init();
-            ASSERT_EQ(rope_dispatch(&one, &r), ROPE_OK) << r.message;
-        }
-        for (size_t i = 0; i < packed.size(); i += element_) {
-            ASSERT_EQ(std::memcmp(&packed[i], &alone[i], element_), 0)
-                << "token " << i / element_ / (kHeads * kHeadDim) << " differs from its sequence rotated alone";
-        }
+        expect_each_sequence_alone(packed);
     }
 }
 

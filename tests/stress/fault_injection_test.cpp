@@ -442,7 +442,7 @@ TEST_F(FaultTest, AVarlenCallReservesItsScratchOnceBeforeAnySequence) {
     InjectedAllocator::arm(0);
     EXPECT_EQ(rope_dispatch(&p, &report), ROPE_ERR_INTERNAL);
     EXPECT_TRUE(contains(report.message, "no output was written")) << report.message;
-    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return v == -7.0f; }));
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return v == VarlenCompatCall::kUnwritten; }));
 }
 
 // Whether the dispatcher splits the call into decode parts, one kernel each: a decode step with a
@@ -697,9 +697,9 @@ TEST_F(FaultTest, AVarlenSequenceThatFailsSaysWhatWasWritten) {
         EXPECT_TRUE(contains(report.message, "sequence " + std::to_string(sequence) + " of the varlen call"))
             << report.message;
         EXPECT_EQ(contains(report.message, "the sequences before it were written"), sequence > 0) << report.message;
-        const auto written = std::count_if(out.begin(), out.begin() + per_sequence, [](float v) { return v != -7.0f; });
+        const auto written = std::count_if(out.begin(), out.begin() + per_sequence, [](float v) { return v != VarlenCompatCall::kUnwritten; });
         EXPECT_EQ(written, sequence > 0 ? per_sequence : 0) << "sequence 0 is written before sequence 1 runs, and only then";
-        EXPECT_TRUE(std::all_of(out.begin() + per_sequence, out.end(), [](float v) { return v == -7.0f; }))
+        EXPECT_TRUE(std::all_of(out.begin() + per_sequence, out.end(), [](float v) { return v == VarlenCompatCall::kUnwritten; }))
             << "the failed sequence's first loop wrote nothing";
     }
 }

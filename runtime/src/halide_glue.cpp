@@ -56,8 +56,9 @@ void ignore_halide_print(void *, const char *) {
 }
 
 // --- kernel scratch ------------------------------------------------------------------------------
-// halide_malloc's contract (HalideRuntime.h): blocks aligned to 64 bytes on x86, sizes a multiple
-// of that, and 8 bytes before and after a block readable.
+// halide_malloc's contract (HalideRuntime.h): blocks aligned to 64 bytes on x86 (32 on arm), sizes
+// a multiple of that, and 8 bytes before and after a block readable. Blocks are carved from a
+// reservation halide_malloc made, at multiples of 64 bytes, so they keep its alignment on both.
 constexpr size_t kScratchAlignment = 64;
 
 // The allocator Halide had before ropegen's hooks (its default, or whatever the application

@@ -345,9 +345,16 @@ TEST_F(FaultTest, AReservationBeyondTheAddressSpaceIsRefused) {
     }
 }
 
+// The alignment halide_malloc promises the kernels (HalideRuntime.h): 64 bytes on x86, 32 on arm.
+#if defined(__x86_64__) || defined(__i386__)
+constexpr uintptr_t kHalideMallocAlignment = 64;
+#else
+constexpr uintptr_t kHalideMallocAlignment = 32;
+#endif
+
 // A reservation sized for some blocks (scratch_slot_bytes each, as kernel_scratch_bytes adds them)
-// serves exactly those blocks, the last one included, and no more: each 64-byte aligned, with
-// 8 bytes after it that are still the reservation's (halide_malloc's contract).
+// serves exactly those blocks, the last one included, and no more: each aligned as halide_malloc's
+// are, with 8 bytes after it that are still the reservation's (halide_malloc's contract).
 TEST_F(FaultTest, AReservationServesTheBlocksItWasSizedFor) {
     const size_t sizes[] = {64, 4, 200, 128};
     size_t total = 0;
@@ -363,7 +370,7 @@ TEST_F(FaultTest, AReservationServesTheBlocksItWasSizedFor) {
         const auto *block = static_cast<const uint8_t *>(context.take_scratch(bytes));
         ASSERT_NE(block, nullptr) << bytes << " bytes";
         EXPECT_TRUE(context.owns_scratch(block));
-        EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % 64, 0u);
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % kHalideMallocAlignment, 0u);
         if (previous != nullptr) {
             EXPECT_GE(static_cast<size_t>(block - previous), previous_bytes + 8) << "no readable gap after the previous block";
         }

@@ -7,6 +7,22 @@
 # target, features and schedule there as here, or configuring fails (after a schedule edit,
 # configure that tree first). Building brings that tree's kernels up to date, so a generator edit
 # reaches both, and copies them into this tree: cleaning this tree never deletes that tree's files.
+# Several trees may import from one: each builds and copies while holding a lock on that tree,
+# since two builds of one tree at once race on its files.
+
+# Script mode, the import's build step: -D TREE=<tree> -D TARGETS=<targets> -D COPIES=<folder>
+# -D FILES=<files of TREE/runtime to copy there>, lists comma-separated.
+if (CMAKE_SCRIPT_MODE_FILE)
+    file(LOCK "${TREE}/ropegen-import.lock" GUARD PROCESS)  # released when this process ends
+    string(REPLACE "," ";" targets "${TARGETS}")
+    execute_process(COMMAND "${CMAKE_COMMAND}" --build "${TREE}" --target ${targets} COMMAND_ERROR_IS_FATAL ANY)
+    string(REPLACE "," ";" files "${FILES}")
+    foreach (name IN LISTS files)
+        file(COPY_FILE "${TREE}/runtime/${name}" "${COPIES}/${name}" ONLY_IF_DIFFERENT)
+    endforeach ()
+    return()
+endif ()
+
 # One line per kernel (and one for the runtime) of what generating it takes, as kernels.cmake
 # defines it in the calling scope.
 function(ropegen_kernel_definitions out)
@@ -46,12 +62,13 @@ function(ropegen_import_kernels tree)
     foreach (kernel IN LISTS kernels)
         list(APPEND files lib${kernel}.a ${kernel}.h)
     endforeach ()
-    list(TRANSFORM files PREPEND "${tree}/runtime/" OUTPUT_VARIABLE originals)
     list(TRANSFORM files PREPEND "${copies}/" OUTPUT_VARIABLE byproducts)
+    string(REPLACE ";" "," file_list "${files}")
+    string(REPLACE ";" "," targets "ropegen_halide_runtime;${kernels}")
     add_custom_target(
         ropegen_imported_kernels
-        COMMAND "${CMAKE_COMMAND}" --build "${tree}" --target ropegen_halide_runtime ${kernels}
-        COMMAND "${CMAKE_COMMAND}" -E copy_if_different ${originals} "${copies}"
+        COMMAND "${CMAKE_COMMAND}" -D "TREE=${tree}" -D "TARGETS=${targets}" -D "COPIES=${copies}"
+                -D "FILES=${file_list}" -P "${CMAKE_CURRENT_FUNCTION_LIST_FILE}"
         BYPRODUCTS ${byproducts}
         COMMENT "Bringing the kernels of ${tree} up to date"
         VERBATIM)

@@ -21,7 +21,12 @@ if [ ! -f "$env_dir/.complete" ]; then
     "$python" -m venv "$env_dir"
     "$env_dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir -r "$requirements" >&2
     touch "$env_dir/.complete"
-    # Environments of earlier pin sets are several GB each: only the current one is kept.
-    find "$cache" -maxdepth 1 -name 'pytest-*' ! -name "pytest-$key" -exec rm -rf {} +
+    # Environments of other pin sets are several GB each: only the current one is kept, less one
+    # that another checkout is building now (it holds that one's lock; lock files stay, as a
+    # process waiting on a removed one would build beside a new one).
+    for other in "$cache"/pytest-*; do
+        [ -d "$other" ] && [ "$other" != "$env_dir" ] || continue
+        (flock -n 8 && rm -rf "$other") 8>"$cache/.${other##*/}.lock" || true
+    done
 fi
 echo "$env_dir/bin/python"

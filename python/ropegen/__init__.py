@@ -9,6 +9,8 @@ own (build_cos_sin_cache). A call the library refuses raises RopeError with the 
 and message, and leaves every array untouched; so do the binding's own refusals: RopeError for
 what breaks the ABI's rules, TypeError for an argument of the wrong type (a list for an array),
 ValueError for a read-only output, RuntimeError for a torch output that requires grad.
+A call bumps the version counter of each torch tensor it writes, as torch's own in-place
+operations do, so autograd refuses a backward pass that would read one saved before the write.
 
     import ropegen
     ropegen.rope(q, k, positions=pos, scaling={"rope_type": "llama3", "factor": 8.0, ...})
@@ -157,6 +159,28 @@ def _little_endian(interface, name):
 _EMPTY = ctypes.c_int64()
 
 
+def _is_torch(x):
+    return hasattr(x, "data_ptr") and hasattr(x, "stride")
+
+
+def _written_torch_tensors(*arrays):
+    """The torch tensors among the arrays a call writes (None: no array), less inference tensors,
+    which have no version counter and which autograd never saves."""
+    return [x for x in arrays if x is not None and _is_torch(x) and not x.is_inference()]
+
+
+def _written_by_rope(q, k, q_out, k_out):
+    """The torch tensors a rope() call writes: q_out and k_out, or q and k in place (k_out without k: none)."""
+    return _written_torch_tensors(q if q_out is None else q_out, None if k is None else k if k_out is None else k_out)
+
+
+def _mark_written(tensors):
+    # Under no_grad too: a tensor saved for backward before the write must fail the backward
+    # pass ("modified by an inplace operation"), not feed it the rotated values.
+    if tensors:
+        sys.modules["torch"].autograd.graph.increment_version(tensors)
+
+
 def _torch_data(x):
     return x.data_ptr() or (ctypes.addressof(_EMPTY) if x.numel() == 0 else 0)
 
@@ -171,7 +195,7 @@ def _interface(x, name, kinds):
 
 def _array_view(x, name, writable=False):
     """(data pointer, dtype code, sizes, element strides) of a torch tensor or a numpy array, no copy."""
-    if hasattr(x, "data_ptr") and hasattr(x, "stride"):  # torch
+    if _is_torch(x):
         if x.device.type != "cpu":
             raise RopeError(13, f"{name} is on {x.device}; the binding passes CPU tensors only")
         dtype = {"torch.float32": F32, "torch.float16": F16, "torch.bfloat16": BF16}.get(str(x.dtype))
@@ -206,7 +230,7 @@ def _tensor(x, name, writable=False):
 
 def _index_view(x, name):
     """An integer array (int32 or int64, numpy or torch) as (pointer, index type, shape, element strides)."""
-    if hasattr(x, "data_ptr") and hasattr(x, "stride"):
+    if _is_torch(x):
         kinds = {"torch.int32": 0, "torch.int64": 1}
         if str(x.dtype) not in kinds or x.device.type != "cpu":
             raise RopeError(2, f"{name}: a CPU int32 or int64 tensor, not {x.dtype} on {x.device}")
@@ -434,7 +458,9 @@ def rope(q, k=None, *, q_out=None, k_out=None, positions=None, offset=0, style="
     params = _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base, attn_factor, scaling,
                      round_cos_sin, rotary_dim, rotary_offset, cos_cache, sin_cache, num_threads, mrope_section,
                      cu_seqlens, positions_kind, keep_alive)
-    return _call(_lib.rope_dispatch, params)
+    kernel = _call(_lib.rope_dispatch, params)
+    _mark_written(_written_by_rope(q, k, q_out, k_out))
+    return kernel
 
 
 # rope()'s keyword arguments and their defaults, for query() and prepare().
@@ -470,12 +496,14 @@ class PreparedRope:
         self._report = _Report()
         self._report.struct_size = ctypes.sizeof(_Report)
         self._by_reference = (ctypes.byref(self._params), ctypes.byref(self._report))
+        self._written = _written_by_rope(q, k, arguments.get("q_out"), arguments.get("k_out"))
 
     def __call__(self):
         """Rotates, like the rope() call it was prepared from; raises RopeError (touching nothing) if refused."""
         status = _lib.rope_dispatch(*self._by_reference)
         if status != 0:
             raise RopeError(status, self._report.message.decode())
+        _mark_written(self._written)
 
 
 def prepare(q, k=None, **arguments):
@@ -496,4 +524,6 @@ def build_cos_sin_cache(cos, sin, *, rotary_dim, source="compat", base=None, att
     spec.scaling, spec.base, spec.attn_factor = _scaling(scaling, pairs, keep_alive, base, attn_factor)
     spec.cos_cache, spec.sin_cache, spec.cache_dtype, spec.cache_len, spec.cache_row_stride = _tables(
         cos, sin, ("cos", "sin"), pairs, writable=True)
-    return _call(_lib.rope_build_cos_sin_cache, spec)
+    kernel = _call(_lib.rope_build_cos_sin_cache, spec)
+    _mark_written(_written_torch_tensors(cos, sin))
+    return kernel

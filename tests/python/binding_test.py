@@ -354,6 +354,26 @@ class Binding(unittest.TestCase):
         self.assertFalse(torch.equal(q.detach(), before))
 
 
+    def test_torch_writes_bump_the_version_so_backward_refuses_what_it_saved_before(self):
+        # torch's own in-place operations do this under no_grad too; without it the backward pass
+        # below would take the rotated values for exp's saved output and return a wrong x.grad.
+        writes = {"q in place": lambda q: ropegen.rope(q),
+                  "q_out": lambda q: ropegen.rope(q.detach().clone(), q_out=q),
+                  "k in place": lambda q: ropegen.rope(torch.zeros(1, 4, 1, 64), q),
+                  "k_out": lambda q: ropegen.rope(torch.zeros(1, 4, 1, 64), q.detach().clone(),
+                                                  q_out=torch.empty(1, 4, 1, 64), k_out=q),
+                  "prepared": lambda q: ropegen.prepare(q)(),
+                  "cos table": lambda q: ropegen.build_cos_sin_cache(q[0, :, 0, :], torch.empty(4, 64), rotary_dim=128)}
+        for name, write in writes.items():
+            with self.subTest(name):
+                x = torch.randn(1, 4, 1, 64, requires_grad=True)
+                q = x.exp()  # saves its output for backward
+                with torch.no_grad():
+                    write(q)
+                with self.assertRaisesRegex(RuntimeError, "modified by an inplace operation"):
+                    q.sum().backward()
+
+
     def test_empty_torch_tensors_work_like_numpy_empties(self):
         q = torch.rand(1, 4, 2, 64)
         before = q.clone()

@@ -170,8 +170,8 @@ def _written_torch_tensors(*arrays):
 
 
 def _written_by_rope(q, k, q_out, k_out):
-    """The torch tensors a rope() call writes: q_out and k_out, or q and k in place (k_out without k: none)."""
-    return _written_torch_tensors(q if q_out is None else q_out, None if k is None else k if k_out is None else k_out)
+    """The torch tensors a rope() call writes: q_out and k_out, or q and k in place."""
+    return _written_torch_tensors(q if q_out is None else q_out, k if k_out is None else k_out)
 
 
 def _mark_written(tensors):
@@ -394,6 +394,8 @@ def _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base,
     p.direction = 1 if inverse else 0
     p.rotary_dim = _int(rotary_dim, "rotary_dim", 32)
     p.rotary_offset = _int(rotary_offset, "rotary_offset", 32)
+    if k is None and k_out is not None:  # the C ABI ignores k_out without k: here it would go unwritten
+        raise RopeError(1, "k is None but k_out is given: k_out receives k's rotation; pass k, or drop k_out")
     p.q = _tensor(q, "q")
     p.k = _tensor(k, "k")
     # In place, the library writes q (k) itself: an error names it.

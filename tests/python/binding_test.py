@@ -74,7 +74,8 @@ class Binding(unittest.TestCase):
         cases = [(dict(rotary_dim=65), "ROPE_ERR_BAD_ROTARY", "rotary_dim=65"),
                  (dict(positions=np.array([[0, 1, -3, 2]], dtype=np.int64)), "ROPE_ERR_POSITION_OUT_OF_RANGE", "-3"),
                  (dict(scaling=llama3), "ROPE_ERR_BAD_VALUE", "high_freq_factor"),
-                 (dict(k=q.astype(np.float64)), "ROPE_ERR_DTYPE_MISMATCH", "k.dtype=float64")]
+                 (dict(k=q.astype(np.float64)), "ROPE_ERR_DTYPE_MISMATCH", "k.dtype=float64"),
+                 (dict(k_out=np.zeros_like(q)), "ROPE_ERR_NULL_POINTER", "k is None but k_out is given")]
         for arguments, status, message in cases:
             with self.subTest(status):
                 with self.assertRaises(ropegen.RopeError) as raised:

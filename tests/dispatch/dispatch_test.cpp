@@ -106,6 +106,9 @@ TEST(IsaDetection, MatchesTheCpu) {
         }
     }
     EXPECT_EQ(isa_name(detected_isa()), std::string(isa_name(expected)));
+    if (const char *cap = std::getenv("ROPE_MAX_ISA")) {
+        GTEST_SKIP() << "ROPE_MAX_ISA=" << cap << " caps the active level below the detected one; the detection matched";
+    }
     EXPECT_EQ(isa_name(rope_active_isa()), std::string(isa_name(expected)));
     if (expected == ROPE_ISA_NONE) {  // below the baseline: every call is refused, nothing runs
         RopeCall call(f32_case(128));

@@ -545,6 +545,7 @@ TEST_F(FaultTest, HalideRuntimeErrorInsideAKernelIsAStatus) {
 // during which a worker cannot be started fails before writing anything; the pool then goes on
 // with the threads it has, and the same call succeeds with the serial result.
 TEST_F(FaultTest, WorkerThatCannotStartIsReportedAndWritesNothing) {
+    ASSERT_EQ(rope_set_num_threads(1), ROPE_OK);  // whatever HL_NUM_THREADS says, start no workers yet
     const KernelEntry *kernel = runnable_kernels().front();
     CaseSpec c = varied_cases(*kernel, 17).front();
     c.num_threads = 4;  // the library's pool, whatever the size of the call
@@ -576,8 +577,9 @@ TEST_F(FaultTest, WorkerThatCannotStartIsReportedAndWritesNothing) {
 // pool counts the worker anyway), and the next call, before its first loop, reports the failure
 // and writes nothing. Here the "call" is a context running two loops, resized in between.
 TEST_F(FaultTest, APoolResizedBetweenACallsLoopsDoesNotFailThatCall) {
+    ASSERT_EQ(rope_set_num_threads(1), ROPE_OK);  // whatever HL_NUM_THREADS says, start no workers yet
     rope_report report = rope_report_init();
-    CallContext running(&report, 0);  // the library's pool, whatever its size
+    CallContext running(&report, 0);  // the library's pool
     std::atomic<int> tasks{0};
     const ParallelTask count_task = [](void *, int, uint8_t *closure) {
         reinterpret_cast<std::atomic<int> *>(closure)->fetch_add(1);

@@ -44,6 +44,8 @@ struct Driver {
     Result (*device_get_attribute)(int *, int, Device) = nullptr;
     Result (*mem_get_address_range)(DevicePointer *, size_t *, DevicePointer) = nullptr;
     Result (*pointer_get_attribute)(void *, int, DevicePointer) = nullptr;
+    Result (*mem_retain_allocation_handle)(unsigned long long *, void *) = nullptr;
+    Result (*mem_release)(unsigned long long) = nullptr;
 };
 
 // CUDA's name of `result`, from a driver whose functions are bound.
@@ -83,7 +85,9 @@ const Driver &driver() {
                               bind(d, &d.ctx_pop_current, "cuCtxPopCurrent_v2") && bind(d, &d.ctx_get_device, "cuCtxGetDevice") &&
                               bind(d, &d.device_get_attribute, "cuDeviceGetAttribute") &&
                               bind(d, &d.mem_get_address_range, "cuMemGetAddressRange_v2") &&
-                              bind(d, &d.pointer_get_attribute, "cuPointerGetAttribute");
+                              bind(d, &d.pointer_get_attribute, "cuPointerGetAttribute") &&
+                              bind(d, &d.mem_retain_allocation_handle, "cuMemRetainAllocationHandle") &&
+                              bind(d, &d.mem_release, "cuMemRelease");
         if (!complete) {
             return;
         }
@@ -217,10 +221,23 @@ struct RangeCheck {
     int owner = 0;  // the context's device ordinal, or the owner's, for OtherDevice
 };
 
-// Checks that the bytes of `range` lie in memory the kernels may use on `context` (current):
-// allocations mapped back to back, each of that context or, for memory of no context (VMM chunks,
-// pool memory), of its device. A pointer of another context resolves too, since all share one
-// address space, but that context's memory is not mapped in this one: the kernel would fault.
+// True when `at` lies in memory mapped with cuMemMap (a VMM chunk). Only such chunks are followed
+// into the next allocation: past the end of an ordinary one (cuMemAlloc) that the driver happened
+// to place back to back with another lies some other buffer.
+bool is_mapped_chunk(const cuda::Driver &d, cuda::DevicePointer at) {
+    unsigned long long handle = 0;
+    if (d.mem_retain_allocation_handle(&handle, reinterpret_cast<void *>(at)) != cuda::kSuccess) {
+        return false;
+    }
+    d.mem_release(handle);  // the retain counted a reference
+    return true;
+}
+
+// Checks that the bytes of `range` lie in memory the kernels may use on `context` (current): one
+// allocation, or VMM chunks mapped back to back, each of that context or, for memory of no context
+// (VMM chunks, pool memory), of its device. A pointer of another context resolves too, since all
+// share one address space, but that context's memory is not mapped in this one: the kernel would
+// fault.
 RangeCheck check_range(const cuda::Driver &d, const MemoryRange &range, void *context, cuda::Device device) {
     RangeCheck c;
     cuda::DevicePointer at = range.first;
@@ -228,8 +245,8 @@ RangeCheck check_range(const cuda::Driver &d, const MemoryRange &range, void *co
         cuda::DevicePointer start = 0;
         size_t size = 0;
         c.result = d.mem_get_address_range(&start, &size, at);
-        if (mapping > 0 && (c.result != cuda::kSuccess || start != at)) {
-            c.problem = RangeProblem::PastEnd;  // nothing mapped right after the last allocation
+        if (mapping > 0 && (c.result != cuda::kSuccess || start != at || !is_mapped_chunk(d, at))) {
+            c.problem = RangeProblem::PastEnd;  // no VMM chunk mapped right after the last one
             return c;
         }
         void *owner = nullptr;
@@ -255,6 +272,10 @@ RangeCheck check_range(const cuda::Driver &d, const MemoryRange &range, void *co
         c.start = mapping == 0 ? start : c.start;
         c.size = start + size - c.start;
         if (range.last < start + size) {
+            return c;
+        }
+        if (mapping == 0 && !is_mapped_chunk(d, at)) {
+            c.problem = RangeProblem::PastEnd;
             return c;
         }
         at = start + size;
@@ -338,12 +359,12 @@ rope_status prepare_cuda_call(const ValidCall &call, CudaTarget *target, std::st
             break;
         case RangeProblem::TooManyMappings:
             view();
-            why << " span more than " << kMaxMappings << " allocations mapped back to back (the most a view may span)";
+            why << " span more than " << kMaxMappings << " VMM chunks mapped back to back (the most a view may span)";
             break;
         default:  // PastEnd
             view();
             why << " run past the end of its allocation (" << reinterpret_cast<void *>(check.start) << " + " << check.size
-                << " bytes, with any allocations mapped back to back after it)";
+                << " bytes, with any VMM chunks mapped back to back after it)";
         }
         *message = why.str();
         return ROPE_ERR_BAD_POINTER;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA calls against a stand-in driver (stub_cuda.c, loaded as libcuda.so.1 through the
 // LD_LIBRARY_PATH ctest sets), so that what only a GPU's driver does runs on every machine: cuInit
-// failing (no device visible), a module that cannot load, a pointer of another context, and the
-// launches a call makes. The stub's "device memory" is host memory, so a test reads what a call
+// failing (no device visible), a module that cannot load, a pointer of another context, a view
+// across allocations, and the launches a call makes. The stub's "device memory" is host memory, so a test reads what a call
 // left there. A failure chosen with ROPEGEN_STUB_CUDA_FAIL holds for the process, and the library
 // loads the driver once: such a test runs in a process of its own (ctest runs each test alone).
 #include <dlfcn.h>
@@ -180,6 +180,67 @@ TEST(CudaStubDriver, APointerOfAnotherContextIsRefused) {
     EXPECT_EQ(launches(), before);
     EXPECT_TRUE(device.unchanged(call));
     stub<int (*)(void *)>("cuCtxSetCurrent")(primary);
+}
+
+enum class Piece { Ordinary, MappedChunk };
+
+/// `pieces`, `bytes` each, back to back in one reservation of stub device memory: ordinary
+/// allocations of the current context (as cuMemAlloc_v2 may place them) or VMM chunks; the first's
+/// address.
+DevicePointer back_to_back(const std::vector<Piece> &pieces, size_t bytes) {
+    const auto reserve = stub<int (*)(DevicePointer *, size_t, size_t, DevicePointer, unsigned long long)>("cuMemAddressReserve");
+    const auto create = stub<int (*)(unsigned long long *, size_t, const void *, unsigned long long)>("cuMemCreate");
+    const auto map = stub<int (*)(DevicePointer, size_t, size_t, unsigned long long, unsigned long long)>("cuMemMap");
+    const auto alloc_at = stub<int (*)(DevicePointer, size_t)>("ropegen_stub_alloc_at");
+    DevicePointer base = 0;
+    EXPECT_EQ(reserve(&base, pieces.size() * bytes, 0, 0, 0), 0);
+    for (size_t i = 0; i < pieces.size(); i++) {
+        const DevicePointer at = base + i * bytes;
+        if (pieces[i] == Piece::MappedChunk) {
+            unsigned long long handle = 0;
+            EXPECT_EQ(create(&handle, bytes, nullptr, 0), 0);
+            EXPECT_EQ(map(at, bytes, 0, handle, 0), 0);
+        } else {
+            EXPECT_EQ(alloc_at(at, bytes), 0);
+        }
+    }
+    return base;
+}
+
+// A view may run from one allocation into the next only where both are VMM chunks (PyTorch's
+// expandable segments): past the end of an ordinary allocation lies whatever buffer the driver
+// placed there.
+TEST(CudaStubDriver, AViewCrossesFromOneAllocationIntoTheNextOnlyBetweenVmmChunks) {
+    RopeCall call(q_only_cache_case());
+    DeviceCall device(call);
+    ASSERT_EQ(device.ranges.front().first, "q");
+    const size_t q_bytes = device.ranges.front().second;
+    const struct {
+        const char *name;
+        Piece first, second;
+        rope_status expected;
+    } layouts[] = {{"two VMM chunks", Piece::MappedChunk, Piece::MappedChunk, ROPE_OK},
+                   {"two ordinary allocations", Piece::Ordinary, Piece::Ordinary, ROPE_ERR_BAD_POINTER},
+                   {"a VMM chunk, then an ordinary allocation", Piece::MappedChunk, Piece::Ordinary, ROPE_ERR_BAD_POINTER},
+                   {"an ordinary allocation, then a VMM chunk", Piece::Ordinary, Piece::MappedChunk, ROPE_ERR_BAD_POINTER}};
+    for (const auto &layout : layouts) {
+        SCOPED_TRACE(layout.name);
+        const DevicePointer q = back_to_back({layout.first, layout.second}, (q_bytes + 1) / 2);  // q ends in the second
+        std::memcpy(reinterpret_cast<void *>(q), device.params.q.data, q_bytes);
+        rope_params p = device.params;
+        p.q.data = reinterpret_cast<void *>(q);
+        const int before = launches();
+        rope_report report = rope_report_init();
+        EXPECT_EQ(rope_dispatch(&p, &report), layout.expected) << report.message;
+        if (layout.expected == ROPE_OK) {
+            EXPECT_GT(launches(), before);
+        } else {
+            EXPECT_NE(std::string(report.message).find("q="), std::string::npos) << report.message;
+            EXPECT_NE(std::string(report.message).find("run past the end of its allocation"), std::string::npos) << report.message;
+            EXPECT_EQ(launches(), before);
+            EXPECT_TRUE(device.unchanged(call));
+        }
+    }
 }
 
 // The kernels index the positions with 32 bits: a table whose batch and seq spans each fit but

@@ -330,6 +330,44 @@ TEST(CudaDispatch, ViewsPastTheirAllocationAreRejected) {
     EXPECT_NE(std::string(report.message).find("run past the end of its allocation"), std::string::npos) << report.message;
 }
 
+// Two ordinary allocations that the driver placed back to back are two buffers: a view running
+// from one into the other is past the end of its allocation (only VMM chunks are followed).
+TEST(CudaDispatch, AViewRunningIntoTheNextOrdinaryAllocationIsRejected) {
+    ROPEGEN_SKIP_WITHOUT_GPU(d);
+    CaseSpec spec;
+    spec.k_heads = 0;
+    RopeCall call(spec);
+    const size_t q_bytes = static_cast<size_t>(spec.batch * spec.seq * spec.q_heads * spec.head_dim) * 4;
+    constexpr size_t kBlock = size_t{2} << 20;
+    std::vector<std::unique_ptr<DeviceBuffer>> blocks;
+    DevicePointer boundary = 0;  // where one block ends and another begins
+    for (int i = 0; i < 16 && boundary == 0; i++) {
+        blocks.push_back(std::make_unique<DeviceBuffer>(*d, kBlock));
+        const DevicePointer latest = blocks.back()->address();
+        ASSERT_NE(latest, 0u);
+        for (const auto &block : blocks) {
+            if (block->address() + kBlock == latest) {
+                boundary = latest;
+            } else if (latest + kBlock == block->address()) {
+                boundary = block->address();
+            }
+        }
+    }
+    if (boundary == 0) {
+        GTEST_SKIP() << "the driver placed none of 16 allocations of 2 MiB right after another";
+    }
+    DeviceBuffer q_out(*d, q_bytes);
+    rope_params p = call.params();
+    p.q.data = reinterpret_cast<void *>(boundary - q_bytes / 2);  // half in each block
+    p.q_out.data = reinterpret_cast<void *>(q_out.address());
+    p.positions = rope_positions{};
+    p.angles.source = ROPE_SOURCE_PRECISE;
+    p.device = ROPE_DEVICE_CUDA;
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_dispatch(&p, &report), ROPE_ERR_BAD_POINTER);
+    EXPECT_NE(std::string(report.message).find("run past the end of its allocation"), std::string::npos) << report.message;
+}
+
 TEST(CudaDispatch, NoCurrentContextAndNoStreamIsAnError) {
     ROPEGEN_SKIP_WITHOUT_GPU(d);
     RopeCall call(CaseSpec{});

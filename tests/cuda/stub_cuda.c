@@ -4,7 +4,8 @@
 // stands for one device (compute capability 8.6) with one context per cuCtxCreate_v2; "device
 // memory" is host memory (so a test can read what a call left there) that cuMemAlloc_v2 records
 // with the context current at the time, and that cuMemGetAddressRange_v2 and cuPointerGetAttribute
-// answer for. Modules load without compiling anything and launches run nothing: they are counted
+// answer for, as for the chunks cuMemMap maps into a range cuMemAddressReserve reserved (memory
+// of no context, as VMM memory is). Modules load without compiling anything and launches run nothing: they are counted
 // (ropegen_stub_launches). ROPEGEN_STUB_CUDA_FAIL picks a failure: "cuInit" (no device: as with
 // CUDA_VISIBLE_DEVICES="") or "cuModuleLoadDataEx" (out of device memory, as when the module
 // does not fit). Entry points the tests never reach return CUDA_ERROR_NOT_SUPPORTED.
@@ -28,7 +29,7 @@ enum {
 struct Context {
     int id;
 };
-enum { kMaxContexts = 8, kMaxAllocations = 64 };
+enum { kMaxContexts = 8, kMaxAllocations = 128 };
 static struct Context g_contexts[kMaxContexts] = {{0}};  // [0]: the primary context, current at start
 static int g_context_count = 1;
 static struct Context *g_current = &g_contexts[0];
@@ -36,12 +37,14 @@ static struct Context *g_current = &g_contexts[0];
 struct Allocation {
     CUdeviceptr start;
     size_t size;
-    struct Context *owner;
+    struct Context *owner;       // NULL for a mapped chunk
+    unsigned long long handle;   // cuMemCreate's, for a mapped chunk; 0 otherwise
 };
 static struct Allocation g_allocations[kMaxAllocations];
 static int g_allocation_count = 0;
 static int g_launches = 0;
 static int g_module;  // the one module's handle
+static unsigned long long g_handles = 0;  // cuMemCreate's handles so far
 
 static int failing(const char *entry) {
     const char *chosen = getenv("ROPEGEN_STUB_CUDA_FAIL");
@@ -57,9 +60,19 @@ static const struct Allocation *find(CUdeviceptr p) {
     return NULL;
 }
 
-// --- what the tests read --------------------------------------------------------------------
+// --- what only the tests call ----------------------------------------------------------------
 int ropegen_stub_launches(void) {
     return g_launches;
+}
+
+// An ordinary allocation of the current context at `address` (in a range cuMemAddressReserve
+// gave): what cuMemAlloc_v2 returns when the driver places it right after another allocation.
+CUresult ropegen_stub_alloc_at(CUdeviceptr address, size_t bytes) {
+    if (g_current == NULL || g_allocation_count == kMaxAllocations) {
+        return kInvalidValue;
+    }
+    g_allocations[g_allocation_count++] = (struct Allocation){address, bytes, g_current, 0};
+    return kSuccess;
 }
 
 // --- the entry points the library and Halide's CUDA runtime use -------------------------------
@@ -155,8 +168,49 @@ CUresult cuMemAlloc_v2(CUdeviceptr *address, size_t bytes) {
         return kOutOfMemory;
     }
     *address = (CUdeviceptr)memory;
-    g_allocations[g_allocation_count++] = (struct Allocation){*address, bytes, g_current};
+    g_allocations[g_allocation_count++] = (struct Allocation){*address, bytes, g_current, 0};
     return kSuccess;
+}
+
+// --- virtual memory management: a reservation is host memory, a chunk only a handle ------------
+CUresult cuMemAddressReserve(CUdeviceptr *address, size_t bytes, size_t alignment, CUdeviceptr at, unsigned long long flags) {
+    (void)alignment, (void)at, (void)flags;
+    void *memory = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (memory == MAP_FAILED) {
+        return kOutOfMemory;
+    }
+    *address = (CUdeviceptr)memory;
+    return kSuccess;
+}
+
+CUresult cuMemCreate(unsigned long long *handle, size_t bytes, const void *properties, unsigned long long flags) {
+    (void)bytes, (void)properties, (void)flags;
+    *handle = ++g_handles;
+    return kSuccess;
+}
+
+CUresult cuMemMap(CUdeviceptr address, size_t bytes, size_t offset, unsigned long long handle, unsigned long long flags) {
+    (void)offset, (void)flags;
+    if (handle == 0 || handle > g_handles || g_allocation_count == kMaxAllocations) {
+        return kInvalidValue;
+    }
+    g_allocations[g_allocation_count++] = (struct Allocation){address, bytes, NULL, handle};
+    return kSuccess;
+}
+
+// As the driver: the handle of the chunk mapped at `address`, with a reference counted; an
+// address that cuMemMap did not map (an ordinary allocation among them) is an error.
+CUresult cuMemRetainAllocationHandle(unsigned long long *handle, void *address) {
+    const struct Allocation *a = find((CUdeviceptr)address);
+    if (a == NULL || a->handle == 0) {
+        return kInvalidValue;
+    }
+    *handle = a->handle;
+    return kSuccess;
+}
+
+CUresult cuMemRelease(unsigned long long handle) {
+    return handle == 0 || handle > g_handles ? kInvalidValue : kSuccess;
 }
 
 CUresult cuMemGetAddressRange_v2(CUdeviceptr *start, size_t *size, CUdeviceptr p) {

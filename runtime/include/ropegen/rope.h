@@ -244,7 +244,7 @@ typedef struct rope_params {
      * `stream` (NULL: that context's legacy default stream) and the call returns at once: it
      * never synchronizes, never creates a context, never allocates or copies device memory, and
      * num_threads is ignored. Validation is as for the CPU, and every view must lie inside one
-     * device allocation (or allocations mapped back to back) of the call's context or, for
+     * device allocation (or VMM chunks, cuMemMap, mapped back to back) of the call's context or, for
      * memory of no context, of its device, except that positions in device memory are not read
      * (that would synchronize): the kernel takes a position as 32 bits (the low word of an int64
      * entry; an offset plus the token index wraps past 2^31 - 1), and the cache source reads the

@@ -312,32 +312,45 @@ TEST(CudaDispatch, HostPointersAreRejected) {
     EXPECT_TRUE(call.check_all_unchanged());
 }
 
-TEST(CudaDispatch, ViewsPastTheirAllocationAreRejected) {
-    ROPEGEN_SKIP_WITHOUT_GPU(d);
+/// The call of the view checks: f32, q only, CaseSpec's sizes, precise source.
+CaseSpec q_only_precise_case() {
     CaseSpec spec;
     spec.k_heads = 0;
-    RopeCall call(spec);
+    spec.source = ROPE_SOURCE_PRECISE;
+    return spec;
+}
+
+size_t q_bytes(const CaseSpec &spec) {
+    return static_cast<size_t>(spec.batch * spec.seq * spec.q_heads * spec.head_dim) * 4;
+}
+
+/// Expects q_only_precise_case() from device address `q` into `q_out` to be refused because q
+/// runs past the end of its allocation.
+void expect_q_past_its_allocation(DevicePointer q, DevicePointer q_out) {
+    const RopeCall call(q_only_precise_case());
     rope_params p = call.params();
-    const size_t q_bytes = static_cast<size_t>(spec.batch * spec.seq * spec.q_heads * spec.head_dim) * 4;
-    DeviceBuffer q(*d, q_bytes - 4), q_out(*d, q_bytes);  // q is one element short
-    p.q.data = reinterpret_cast<void *>(q.address());
-    p.q_out.data = reinterpret_cast<void *>(q_out.address());
-    p.positions = rope_positions{};
-    p.angles.source = ROPE_SOURCE_PRECISE;
+    p.q.data = reinterpret_cast<void *>(q);
+    p.q_out.data = reinterpret_cast<void *>(q_out);
+    p.positions = rope_positions{};  // offsets from 0: no host table
     p.device = ROPE_DEVICE_CUDA;
     rope_report report = rope_report_init();
     EXPECT_EQ(rope_dispatch(&p, &report), ROPE_ERR_BAD_POINTER);
+    EXPECT_NE(std::string(report.message).find("q="), std::string::npos) << report.message;
     EXPECT_NE(std::string(report.message).find("run past the end of its allocation"), std::string::npos) << report.message;
+}
+
+TEST(CudaDispatch, ViewsPastTheirAllocationAreRejected) {
+    ROPEGEN_SKIP_WITHOUT_GPU(d);
+    const size_t bytes = q_bytes(q_only_precise_case());
+    DeviceBuffer q(*d, bytes - 4), q_out(*d, bytes);  // q is one element short
+    expect_q_past_its_allocation(q.address(), q_out.address());
 }
 
 // Two ordinary allocations that the driver placed back to back are two buffers: a view running
 // from one into the other is past the end of its allocation (only VMM chunks are followed).
 TEST(CudaDispatch, AViewRunningIntoTheNextOrdinaryAllocationIsRejected) {
     ROPEGEN_SKIP_WITHOUT_GPU(d);
-    CaseSpec spec;
-    spec.k_heads = 0;
-    RopeCall call(spec);
-    const size_t q_bytes = static_cast<size_t>(spec.batch * spec.seq * spec.q_heads * spec.head_dim) * 4;
+    const size_t bytes = q_bytes(q_only_precise_case());
     constexpr size_t kBlock = size_t{2} << 20;
     std::vector<std::unique_ptr<DeviceBuffer>> blocks;
     DevicePointer boundary = 0;  // where one block ends and another begins
@@ -356,16 +369,8 @@ TEST(CudaDispatch, AViewRunningIntoTheNextOrdinaryAllocationIsRejected) {
     if (boundary == 0) {
         GTEST_SKIP() << "the driver placed none of 16 allocations of 2 MiB right after another";
     }
-    DeviceBuffer q_out(*d, q_bytes);
-    rope_params p = call.params();
-    p.q.data = reinterpret_cast<void *>(boundary - q_bytes / 2);  // half in each block
-    p.q_out.data = reinterpret_cast<void *>(q_out.address());
-    p.positions = rope_positions{};
-    p.angles.source = ROPE_SOURCE_PRECISE;
-    p.device = ROPE_DEVICE_CUDA;
-    rope_report report = rope_report_init();
-    EXPECT_EQ(rope_dispatch(&p, &report), ROPE_ERR_BAD_POINTER);
-    EXPECT_NE(std::string(report.message).find("run past the end of its allocation"), std::string::npos) << report.message;
+    DeviceBuffer q_out(*d, bytes);
+    expect_q_past_its_allocation(boundary - bytes / 2, q_out.address());  // half in each block
 }
 
 TEST(CudaDispatch, NoCurrentContextAndNoStreamIsAnError) {

@@ -8,12 +8,12 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <new>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
-#include <vector>
 
 #include "internal/enum_value.h"
 #include "internal/kernel_table.h"
@@ -23,7 +23,7 @@
 namespace ropegen {
 namespace {
 
-constexpr int64_t kMaxRows = int64_t{1} << 31;  // positions are int32 in the kernels
+constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max();  // one call's tokens: an int32 extent
 
 // 1.0 in `dtype`, as stored.
 void store_one(rope_dtype dtype, uint8_t *element) {
@@ -74,7 +74,7 @@ rope_status check(const rope_cache_spec *spec, rope_report *report) {
         return fail(report, ROPE_ERR_NULL_POINTER, m.str());
     }
     if (spec->cache_len <= 0 || spec->cache_len > kMaxRows) {
-        m << "spec.cache_len=" << spec->cache_len << " must be in [1, 2^31]";
+        m << "spec.cache_len=" << spec->cache_len << " must be in [1, 2^31): the rows are one call's tokens, an int32 extent";
         return fail(report, ROPE_ERR_BAD_VALUE, m.str());
     }
     const int64_t pairs = spec->rotary_dim / 2;
@@ -137,14 +137,12 @@ rope_status build_cos_sin_cache(const rope_cache_spec *spec, rope_report *report
         return fail(report, ROPE_ERR_INTERNAL, "out of memory: could not allocate " + std::to_string(bytes) +
                                                    " bytes of staging for " + what + "; nothing was written");
     };
-    std::vector<uint8_t> unit_row, staging;
-    try {
-        unit_row.assign(static_cast<size_t>(rotary) * element, 0);
-    } catch (const std::bad_alloc &) {
-        return out_of_memory(static_cast<size_t>(rotary) * element, "spec.rotary_dim=" + std::to_string(rotary));
-    }
-    for (int64_t i = 0; i < pairs; i++) {
-        store_one(dtype, &unit_row[static_cast<size_t>(i) * element]);  // x_i = 1, x_{i+P} = 0
+    // Blocks left unwritten until the call is validated: until then they are address space, not
+    // memory (R is below 2^31, cache_len too: the byte counts fit size_t).
+    const size_t row_bytes = static_cast<size_t>(rotary) * element, staging_bytes = static_cast<size_t>(rows) * row_bytes;
+    const std::unique_ptr<uint8_t[]> unit_row(new (std::nothrow) uint8_t[row_bytes]);
+    if (unit_row == nullptr) {
+        return out_of_memory(row_bytes, "spec.rotary_dim=" + std::to_string(rotary));
     }
 
     rope_params p = rope_params_init();
@@ -153,11 +151,12 @@ rope_status build_cos_sin_cache(const rope_cache_spec *spec, rope_report *report
     p.angles.base = spec->base;
     p.angles.attn_factor = spec->attn_factor;
     p.scaling = spec->scaling;
-    // Validated before the staging is allocated, so that bad arguments get their status, not
-    // out of memory: one token at the last row, in place on the unit row, meets every rule the
-    // rows do (the largest position; DYNAMIC and LONGROPE: the length cache_len).
+    // Validated before the staging is allocated or anything written, so that bad arguments get
+    // their status, not out of memory: one token at the last row, in place on the unit row (a
+    // query reads nothing), meets every rule the rows do (the largest position; DYNAMIC and
+    // LONGROPE: the length cache_len).
     rope_params last_row = p;
-    last_row.q = rope_tensor{unit_row.data(), dtype, {1, 1, 1, rotary}, {rotary, rotary, rotary, 1}};
+    last_row.q = rope_tensor{unit_row.get(), dtype, {1, 1, 1, rotary}, {rotary, rotary, rotary, 1}};
     last_row.q_out = last_row.q;
     last_row.positions.offset = rows - 1;
     if (const rope_status status = dispatch(&last_row, report, false); status != ROPE_OK) {
@@ -166,13 +165,16 @@ rope_status build_cos_sin_cache(const rope_cache_spec *spec, rope_report *report
         }
         return status;
     }
-    try {
-        staging.resize(static_cast<size_t>(rows * rotary) * element);
-    } catch (const std::bad_alloc &) {
-        return out_of_memory(static_cast<size_t>(rows * rotary) * element, "spec.cache_len=" + std::to_string(rows));
+    const std::unique_ptr<uint8_t[]> staging(new (std::nothrow) uint8_t[staging_bytes]);  // the kernel writes it all
+    if (staging == nullptr) {
+        return out_of_memory(staging_bytes, "spec.cache_len=" + std::to_string(rows));
     }
-    p.q = rope_tensor{unit_row.data(), dtype, {1, rows, 1, rotary}, {0, 0, 0, 1}};
-    p.q_out = rope_tensor{staging.data(), dtype, {1, rows, 1, rotary}, {rows * rotary, rotary, rotary, 1}};
+    for (int64_t i = 0; i < pairs; i++) {
+        store_one(dtype, &unit_row[static_cast<size_t>(i) * element]);  // x_i = 1
+    }
+    std::memset(&unit_row[static_cast<size_t>(pairs) * element], 0, static_cast<size_t>(pairs) * element);  // x_{i+P} = 0
+    p.q = rope_tensor{unit_row.get(), dtype, {1, rows, 1, rotary}, {0, 0, 0, 1}};
+    p.q_out = rope_tensor{staging.get(), dtype, {1, rows, 1, rotary}, {rows * rotary, rotary, rotary, 1}};
     if (const rope_status status = dispatch(&p, report, true); status != ROPE_OK) {
         return status;
     }

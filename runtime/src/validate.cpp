@@ -218,6 +218,13 @@ void check_tensor(Failure &f, const char *name, const rope_tensor &t, ByteRange 
                                        << " must be >= 0";
             return;
         }
+        // Halide's extents are int32 (head_dim has a rule of its own, BAD_HEAD_DIM).
+        if (axis < 3 && t.sizes[axis] > std::numeric_limits<int32_t>::max()) {
+            f.fail(ROPE_ERR_BAD_SHAPE) << name << ".sizes[" << axis << "] (" << kAxisNames[axis] << ")=" << t.sizes[axis]
+                                       << " must be below 2^31: the kernels take each axis's size as a 32-bit integer"
+                                          " (a tensor may hold more than 2^31 elements)";
+            return;
+        }
         if (t.strides[axis] < 0) {
             f.fail(ROPE_ERR_BAD_STRIDE) << name << ".strides[" << axis << "] (" << kAxisNames[axis]
                                         << ")=" << t.strides[axis] << " must be >= 0";

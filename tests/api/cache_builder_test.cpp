@@ -3,9 +3,11 @@
 // fed with them against the computed source it was built from: the same bits (f32 tables; 16-bit
 // tables against the computed source in the parity mode, which rounds cos/sin the same way).
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -244,6 +246,7 @@ TEST(CacheBuilderValidation, BadSpecsWriteNothing) {
         {ROPE_ERR_BAD_ROTARY, "spec.rotary_dim=7", [](rope_cache_spec &s) { s.rotary_dim = 7; }},
         {ROPE_ERR_NULL_POINTER, "spec.sin_cache", [](rope_cache_spec &s) { s.sin_cache = nullptr; }},
         {ROPE_ERR_BAD_VALUE, "spec.cache_len=0", [](rope_cache_spec &s) { s.cache_len = 0; }},
+        {ROPE_ERR_BAD_VALUE, "spec.cache_len=2147483648", [](rope_cache_spec &s) { s.cache_len = int64_t{1} << 31; }},
         {ROPE_ERR_BAD_STRIDE, "spec.cache_row_stride=3", [](rope_cache_spec &s) { s.cache_row_stride = 3; }},
         {ROPE_ERR_OVERLAP, "overlap", [](rope_cache_spec &s) { s.sin_cache = static_cast<float *>(s.cos_cache) + 4; }},
         // The rules rope_dispatch checks, named by the spec's fields.
@@ -333,31 +336,67 @@ TEST(CacheBuilderValidation, TablesSharingOneElementAreRefused) {
     }
 }
 
+/// cos/sin tables of `rows` x rotary_dim/2 f32 values in address space reserved, not committed,
+/// and a spec writing them whose base the builder refuses (0.5).
+struct ReservedTables {
+    SparseBuffer cos, sin;
+    rope_cache_spec spec = rope_cache_spec_init();
+
+    ReservedTables(int64_t rows, int rotary_dim)
+        : cos(static_cast<size_t>(rows) * static_cast<size_t>(rotary_dim / 2) * sizeof(float)), sin(cos.size()) {
+        spec.source = ROPE_SOURCE_COMPAT;
+        spec.rotary_dim = rotary_dim;
+        spec.cos_cache = cos.data();
+        spec.sin_cache = sin.data();
+        spec.cache_len = rows;
+        spec.base = 0.5;
+    }
+    bool reserved() const {
+        return cos.data() != nullptr && sin.data() != nullptr;
+    }
+    void expect_refused_for_its_base() const {
+        rope_report report = rope_report_init();
+        EXPECT_EQ(rope_build_cos_sin_cache(&spec, &report), ROPE_ERR_BAD_VALUE) << report.message;
+        EXPECT_NE(std::string(report.message).find("spec.base=0.5"), std::string::npos) << report.message;
+    }
+};
+
+#define ROPEGEN_SKIP_UNLESS_RESERVED(tables) \
+    if (!(tables).reserved())                \
+    GTEST_SKIP() << "could not reserve twice " << (tables).cos.size() << " bytes of address space"
+
 // Arguments are validated before the staging of cache_len rows is allocated: a bad base or a
 // scaling's position limit is reported as such, not as out of memory (1 TiB of staging here).
 TEST(CacheBuilderValidation, LongCacheIsValidatedBeforeItsStagingIsAllocated) {
-    constexpr int64_t kRows = int64_t{1} << 31;
-    constexpr int kRotaryDim = 128;
-    SparseBuffer cos(static_cast<size_t>(kRows) * kRotaryDim / 2 * sizeof(float)), sin(cos.size());
-    if (cos.data() == nullptr || sin.data() == nullptr) {
-        GTEST_SKIP() << "could not reserve twice " << cos.size() << " bytes of address space";
-    }
-    rope_cache_spec s = rope_cache_spec_init();
-    s.source = ROPE_SOURCE_COMPAT;
-    s.rotary_dim = kRotaryDim;
-    s.cos_cache = cos.data();
-    s.sin_cache = sin.data();
-    s.cache_len = kRows;
-    s.base = 0.5;
-    rope_report report = rope_report_init();
-    EXPECT_EQ(rope_build_cos_sin_cache(&s, &report), ROPE_ERR_BAD_VALUE) << report.message;
-    EXPECT_NE(std::string(report.message).find("spec.base=0.5"), std::string::npos) << report.message;
+    ReservedTables tables((int64_t{1} << 31) - 1, 128);  // the most rows a cache holds
+    ROPEGEN_SKIP_UNLESS_RESERVED(tables);
+    tables.expect_refused_for_its_base();
 
+    rope_cache_spec &s = tables.spec;
     s.base = 0;
     s.scaling.type = ROPE_SCALING_LINEAR;
     s.scaling.factor = 1e-3f;  // inv_freq up to 1000: positions below about 2^22
+    rope_report report = rope_report_init();
     EXPECT_EQ(rope_build_cos_sin_cache(&s, &report), ROPE_ERR_POSITION_OUT_OF_RANGE) << report.message;
-    EXPECT_NE(std::string(report.message).find("spec.cache_len=2147483648"), std::string::npos) << report.message;
+    EXPECT_NE(std::string(report.message).find("spec.cache_len=2147483647"), std::string::npos) << report.message;
+}
+
+/// The peak resident memory of this process so far, in bytes.
+int64_t peak_resident_bytes() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return int64_t{usage.ru_maxrss} * 1024;
+}
+
+// A row of the widest rotary_dim is 8 GiB of f32: a spec refused for its base must not have
+// written, and so committed, that row before it was validated. (ASan commits the row's shadow,
+// an eighth of it: 1 GiB.)
+TEST(CacheBuilderValidation, WideRowsAreValidatedBeforeAnyRowIsWritten) {
+    ReservedTables tables(1, std::numeric_limits<int32_t>::max() - 1);
+    ROPEGEN_SKIP_UNLESS_RESERVED(tables);
+    const int64_t before = peak_resident_bytes();
+    tables.expect_refused_for_its_base();
+    EXPECT_LT(peak_resident_bytes() - before, int64_t{4} << 30) << "the 8 GiB unit row was written before validation";
 }
 
 }  // namespace

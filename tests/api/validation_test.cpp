@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -293,29 +294,52 @@ TEST_F(Validation, OutputShapeDiffersFromInput) {
     expect_rejected(p, ROPE_ERR_BAD_SHAPE, {"q_out.sizes[2]"});
 }
 
-// q alone (in place), one token of `heads` dense heads of `head_dim` lanes: a view far larger
-// than memory, which validation must refuse before touching anything.
-rope_params one_token_of_heads(rope_params p, int64_t heads, int64_t head_dim) {
+// q alone, of `sizes` ([batch, seq, heads, head_dim]) and `strides`: a view far larger than
+// memory, which validation must refuse before touching anything.
+rope_params q_alone(rope_params p, const std::array<int64_t, 4> &sizes, const std::array<int64_t, 4> &strides) {
     for (rope_tensor *t : {&p.q, &p.q_out}) {
-        t->sizes[0] = 1;
-        t->sizes[1] = 1;
-        t->sizes[2] = heads;
-        t->sizes[3] = head_dim;
-        t->strides[2] = head_dim;
+        std::copy(sizes.begin(), sizes.end(), t->sizes);
+        std::copy(strides.begin(), strides.end(), t->strides);
     }
     p.k = p.k_out = rope_tensor{};
     p.positions = rope_positions{};
     return p;
 }
 
-// 2^60 heads of 128 lanes: 2^67 elements.
+constexpr int64_t k2Pow30 = int64_t{1} << 30;
+
+// 2^30 items of 2^30 tokens of 2^30 heads of 128 lanes: 2^97 elements, rows broadcast.
 TEST_F(Validation, ElementCountOverflows) {
-    expect_rejected(one_token_of_heads(valid(), int64_t{1} << 60, 128), ROPE_ERR_SIZE_OVERFLOW, {"q"});
+    expect_rejected(q_alone(valid(), {k2Pow30, k2Pow30, k2Pow30, 128}, {0, 0, 128, 1}), ROPE_ERR_SIZE_OVERFLOW,
+                    {"q.sizes: the element count up to heads overflows 64 bits"});
 }
 
-// 2^56 heads of 64 f32 lanes: 2^62 elements fit in int64, their 2^64 bytes do not.
+// 2^26 items of 2^30 heads of 64 f32 lanes, dense: 2^62 elements fit in int64, their 2^64 bytes
+// do not.
 TEST_F(Validation, ByteCountOverflows) {
-    expect_rejected(one_token_of_heads(valid(), int64_t{1} << 56, 64), ROPE_ERR_SIZE_OVERFLOW, {"q"});
+    expect_rejected(q_alone(valid(), {int64_t{1} << 26, 1, k2Pow30, 64}, {int64_t{1} << 36, 0, 64, 1}),
+                    ROPE_ERR_SIZE_OVERFLOW, {"q: the byte span of the view overflows 64 bits"});
+}
+
+// Halide's extents are int32: a batch, seq or heads size of 2^31 is refused (nothing is sliced
+// along it), one below is accepted; the tensor as a whole may hold far more elements.
+TEST_F(Validation, SizesOfTwoPow31) {
+    const char *const axes[] = {"batch", "seq", "heads"};
+    for (int axis = 0; axis < 3; axis++) {
+        SCOPED_TRACE(axes[axis]);
+        std::array<int64_t, 4> sizes{1, 1, 1, 2}, strides{0, 0, 0, 1};
+        sizes[axis] = int64_t{1} << 31;
+        strides[axis] = 2;
+        rope_params p = q_alone(valid(), sizes, strides);
+        p.q_out = p.q;  // in place: views of 16 GiB, which two buffers apart could overlap
+        p.angles.source = ROPE_SOURCE_PRECISE;
+        expect_rejected(p, ROPE_ERR_BAD_SHAPE,
+                        {"q.sizes[" + std::to_string(axis) + "] (" + axes[axis] + ")=2147483648", "below 2^31"});
+        for (rope_tensor *t : {&p.q, &p.q_out}) {
+            t->sizes[axis] -= 1;
+        }
+        expect_accepted(p);
+    }
 }
 
 TEST_F(Validation, HeadDimStrideNotOne) {
@@ -347,13 +371,12 @@ TEST_F(Validation, HeadDimStrideNotOneWithOnePair) {
     expect_rejected(p, ROPE_ERR_BAD_STRIDE, {"k.strides[3] (head_dim)=2", "contiguous"});
 }
 
-// 2^62 heads of 4 lanes broadcast from one (head stride 0): the span is 3 elements, the element
-// count 2^64 overflows (at the lanes). Refused as an overflow of q, not later as q_out
-// overlapping itself.
+// 2^30 items of 2^30 tokens of 4 heads of 4 lanes, all broadcast from one head (strides 0): the
+// span is 3 elements, the element count 2^64 overflows (at the lanes). Refused as an overflow of
+// q, not later as q_out overlapping itself.
 TEST_F(Validation, ElementCountOverflowsWithABroadcastAxis) {
-    rope_params p = one_token_of_heads(valid(), int64_t{1} << 62, 4);
-    p.q.strides[2] = p.q_out.strides[2] = 0;
-    expect_rejected(p, ROPE_ERR_SIZE_OVERFLOW, {"q.sizes: the element count up to head_dim overflows 64 bits"});
+    expect_rejected(q_alone(valid(), {k2Pow30, k2Pow30, 4, 4}, {0, 0, 0, 1}), ROPE_ERR_SIZE_OVERFLOW,
+                    {"q.sizes: the element count up to head_dim overflows 64 bits"});
 }
 
 // A cache row stride must stay below 2^31 (the kernels index the tables with int32).

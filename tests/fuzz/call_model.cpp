@@ -309,6 +309,7 @@ void judge_tensors(const FuzzCall &call, Rules &rules) {
                       ".dtype differs from q's");
         for (int axis = 0; axis < 4; axis++) {
             rules.require(v.sizes[axis] >= 0, ROPE_ERR_BAD_SHAPE, name, ".sizes[", axis, "] < 0");
+            rules.require(axis == 3 || v.sizes[axis] < kTwo31, ROPE_ERR_BAD_SHAPE, name, ".sizes[", axis, "] >= 2^31");
             rules.require(v.strides[axis] >= 0, ROPE_ERR_BAD_STRIDE, name, ".strides[", axis, "] < 0");
         }
         rules.require(v.strides[3] == 1 || v.sizes[3] <= 1, ROPE_ERR_BAD_STRIDE, name, ".strides[3] != 1");

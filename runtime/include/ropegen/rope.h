@@ -47,7 +47,7 @@ typedef enum rope_status {
     ROPE_ERR_BAD_HEAD_DIM = 4,      /**< head_dim not even, not positive, or not shared by all tensors */
     ROPE_ERR_BAD_ROTARY = 5,        /**< rotary_dim / rotary_offset break 2 <= R <= D, R even, o + R <= D
                                          (DYNAMIC scaling: 4 <= R) */
-    ROPE_ERR_BAD_SHAPE = 6,         /**< a size is negative or tensors disagree on batch/seq sizes */
+    ROPE_ERR_BAD_SHAPE = 6,         /**< a size is negative, a batch/seq/heads size >= 2^31, or tensors disagree on batch/seq sizes */
     ROPE_ERR_SIZE_OVERFLOW = 7,     /**< an element or byte count overflows 64 bits */
     ROPE_ERR_BAD_STRIDE = 8,        /**< the head_dim stride is not 1, a stride is negative, or a
                                          cache_row_stride or mrope.stream_stride is out of its range */
@@ -331,7 +331,7 @@ typedef struct rope_cache_spec {
     void *cos_cache;          /**< out: [cache_len][row_stride] of cache_dtype */
     void *sin_cache;          /**< out: same shape, sharing no element with cos_cache; rows may interleave
                                    (vLLM's cos_sin_cache: sin_cache = cos_cache + R/2, cache_row_stride R) */
-    int64_t cache_len;        /**< rows: positions 0..cache_len-1, at most 2^31 */
+    int64_t cache_len;        /**< rows: positions 0..cache_len-1, below 2^31 */
     int64_t cache_row_stride; /**< elements between rows; 0 means R/2, else in [R/2, 2^31) (else ROPE_ERR_BAD_STRIDE) */
     rope_dtype cache_dtype;   /**< f32, or a 16-bit dtype (each value the f32 one rounded once) */
 } rope_cache_spec;
@@ -349,8 +349,9 @@ static inline rope_cache_spec rope_cache_spec_init(void) {
  * computed by the same kernels, with the same numerics, as rope_dispatch() computes them for
  * `spec->source`; a call of the cache source with these tables (angles.cache_dtype = cache_dtype,
  * no attn_factor) then gives the results of the computed source, rounded to cache_dtype once.
- * CPU memory only. Validates like rope_dispatch(), then allocates its staging (cache_len x R
- * values of cache_dtype; ROPE_ERR_INTERNAL if that fails); on error writes nothing.
+ * CPU memory only. Allocates a row of R values of cache_dtype (its input, written only once the
+ * spec is valid), validates like rope_dispatch(), then allocates its staging (cache_len x R
+ * values); ROPE_ERR_INTERNAL if an allocation fails; on error writes nothing.
  */
 rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rope_report *report);
 

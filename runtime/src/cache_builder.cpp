@@ -18,12 +18,11 @@
 #include "internal/enum_value.h"
 #include "internal/kernel_table.h"
 #include "internal/runtime_state.h"
+#include "internal/validate.h"
 #include "ropegen/rope.h"
 
 namespace ropegen {
 namespace {
-
-constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max();  // one call's tokens: an int32 extent
 
 // 1.0 in `dtype`, as stored.
 void store_one(rope_dtype dtype, uint8_t *element) {
@@ -73,8 +72,8 @@ rope_status check(const rope_cache_spec *spec, rope_report *report) {
         m << (spec->cos_cache == nullptr ? "spec.cos_cache" : "spec.sin_cache") << " is NULL";
         return fail(report, ROPE_ERR_NULL_POINTER, m.str());
     }
-    if (spec->cache_len <= 0 || spec->cache_len > kMaxRows) {
-        m << "spec.cache_len=" << spec->cache_len << " must be in [1, 2^31): the rows are one call's tokens, an int32 extent";
+    if (spec->cache_len <= 0 || spec->cache_len > kMaxCallTokens) {
+        m << "spec.cache_len=" << spec->cache_len << " must be in [1, 2^30]: the rows are the tokens of one call";
         return fail(report, ROPE_ERR_BAD_VALUE, m.str());
     }
     const int64_t pairs = spec->rotary_dim / 2;
@@ -138,7 +137,7 @@ rope_status build_cos_sin_cache(const rope_cache_spec *spec, rope_report *report
                                                    " bytes of staging for " + what + "; nothing was written");
     };
     // Blocks left unwritten until the call is validated: until then they are address space, not
-    // memory (R is below 2^31, cache_len too: the byte counts fit size_t).
+    // memory (R is below 2^31, cache_len at most 2^30: the byte counts fit size_t).
     const size_t row_bytes = static_cast<size_t>(rotary) * element, staging_bytes = static_cast<size_t>(rows) * row_bytes;
     const std::unique_ptr<uint8_t[]> unit_row(new (std::nothrow) uint8_t[row_bytes]);
     if (unit_row == nullptr) {

@@ -785,7 +785,7 @@ extern "C" const char *rope_status_string(rope_status status) {
     case ROPE_ERR_DTYPE_MISMATCH: return "ROPE_ERR_DTYPE_MISMATCH: q, k and outputs do not share one dtype";
     case ROPE_ERR_BAD_HEAD_DIM: return "ROPE_ERR_BAD_HEAD_DIM: head_dim is not even and positive, or not shared";
     case ROPE_ERR_BAD_ROTARY: return "ROPE_ERR_BAD_ROTARY: rotary_dim/rotary_offset outside 2 <= R <= D, R even, o + R <= D";
-    case ROPE_ERR_BAD_SHAPE: return "ROPE_ERR_BAD_SHAPE: a size is negative or tensors disagree on their sizes";
+    case ROPE_ERR_BAD_SHAPE: return "ROPE_ERR_BAD_SHAPE: a size is negative or beyond the kernels' 32-bit counts, or tensors disagree on their sizes";
     case ROPE_ERR_SIZE_OVERFLOW: return "ROPE_ERR_SIZE_OVERFLOW: an element or byte count overflows 64 bits";
     case ROPE_ERR_BAD_STRIDE: return "ROPE_ERR_BAD_STRIDE: the head_dim stride is not 1 or a stride is negative";
     case ROPE_ERR_POSITION_OUT_OF_RANGE: return "ROPE_ERR_POSITION_OUT_OF_RANGE: a position is negative or out of range";

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -216,8 +217,9 @@ int run_strided(void *user_context, int worker, uint8_t *closure) {
     tsan::handoff_acquire(closure);
     const auto *loop = reinterpret_cast<const StridedLoop *>(closure);
     int result = 0;
-    for (int i = worker; i < loop->extent && result == 0; i += loop->workers) {
-        result = loop->task(user_context, loop->min + i, loop->closure);
+    // 64-bit: with more workers than iterations left, i + workers passes INT_MAX.
+    for (int64_t i = worker; i < loop->extent && result == 0; i += loop->workers) {
+        result = loop->task(user_context, loop->min + static_cast<int>(i), loop->closure);
     }
     tsan::handoff_release(closure);
     return result;

@@ -785,6 +785,13 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
         }
     }
 
+    // Each size is below 2^31: the product fits.
+    if (p.q.sizes[0] * p.q.sizes[1] > kMaxCallTokens) {
+        f.fail(ROPE_ERR_BAD_SHAPE) << "q.sizes[0] x q.sizes[1] (batch x seq)=" << p.q.sizes[0] << " x " << p.q.sizes[1]
+                                   << " tokens must be at most 2^30: the kernels count a call's tokens with 32-bit integers";
+        return f.finish();
+    }
+
     // Rotary slice (spec §1).
     call->rotary_dim = p.rotary_dim != 0 ? p.rotary_dim : static_cast<int32_t>(call->head_dim);
     call->rotary_offset = p.rotary_offset;

@@ -246,7 +246,7 @@ TEST(CacheBuilderValidation, BadSpecsWriteNothing) {
         {ROPE_ERR_BAD_ROTARY, "spec.rotary_dim=7", [](rope_cache_spec &s) { s.rotary_dim = 7; }},
         {ROPE_ERR_NULL_POINTER, "spec.sin_cache", [](rope_cache_spec &s) { s.sin_cache = nullptr; }},
         {ROPE_ERR_BAD_VALUE, "spec.cache_len=0", [](rope_cache_spec &s) { s.cache_len = 0; }},
-        {ROPE_ERR_BAD_VALUE, "spec.cache_len=2147483648", [](rope_cache_spec &s) { s.cache_len = int64_t{1} << 31; }},
+        {ROPE_ERR_BAD_VALUE, "spec.cache_len=1073741825", [](rope_cache_spec &s) { s.cache_len = (int64_t{1} << 30) + 1; }},
         {ROPE_ERR_BAD_STRIDE, "spec.cache_row_stride=3", [](rope_cache_spec &s) { s.cache_row_stride = 3; }},
         {ROPE_ERR_OVERLAP, "overlap", [](rope_cache_spec &s) { s.sin_cache = static_cast<float *>(s.cos_cache) + 4; }},
         // The rules rope_dispatch checks, named by the spec's fields.
@@ -366,9 +366,9 @@ struct ReservedTables {
     GTEST_SKIP() << "could not reserve twice " << (tables).cos.size() << " bytes of address space"
 
 // Arguments are validated before the staging of cache_len rows is allocated: a bad base or a
-// scaling's position limit is reported as such, not as out of memory (1 TiB of staging here).
+// scaling's position limit is reported as such, not as out of memory (512 GiB of staging here).
 TEST(CacheBuilderValidation, LongCacheIsValidatedBeforeItsStagingIsAllocated) {
-    ReservedTables tables((int64_t{1} << 31) - 1, 128);  // the most rows a cache holds
+    ReservedTables tables(int64_t{1} << 30, 128);  // the most rows a cache holds
     ROPEGEN_SKIP_UNLESS_RESERVED(tables);
     tables.expect_refused_for_its_base();
 
@@ -378,7 +378,7 @@ TEST(CacheBuilderValidation, LongCacheIsValidatedBeforeItsStagingIsAllocated) {
     s.scaling.factor = 1e-3f;  // inv_freq up to 1000: positions below about 2^22
     rope_report report = rope_report_init();
     EXPECT_EQ(rope_build_cos_sin_cache(&s, &report), ROPE_ERR_POSITION_OUT_OF_RANGE) << report.message;
-    EXPECT_NE(std::string(report.message).find("spec.cache_len=2147483647"), std::string::npos) << report.message;
+    EXPECT_NE(std::string(report.message).find("spec.cache_len=1073741824"), std::string::npos) << report.message;
 }
 
 /// The peak resident memory of this process so far, in bytes.

@@ -15,6 +15,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "internal/enum_value.h"
@@ -321,25 +322,41 @@ TEST_F(Validation, ByteCountOverflows) {
                     ROPE_ERR_SIZE_OVERFLOW, {"q: the byte span of the view overflows 64 bits"});
 }
 
-// Halide's extents are int32: a batch, seq or heads size of 2^31 is refused (nothing is sliced
-// along it), one below is accepted; the tensor as a whole may hold far more elements.
+/// q alone in place, of `sizes` with dense strides, the precise source (no tables): a view far
+/// larger than memory, which rope_query accepts or refuses without touching it.
+rope_params dense_q_in_place(rope_params p, const std::array<int64_t, 4> &sizes) {
+    const int64_t heads = sizes[2], head_dim = sizes[3];
+    p = q_alone(p, sizes, {sizes[1] * heads * head_dim, heads * head_dim, head_dim, 1});
+    p.q_out = p.q;  // in place: views this large, two buffers apart, would overlap
+    p.angles.source = ROPE_SOURCE_PRECISE;
+    return p;
+}
+
+// Halide's extents are int32: a batch, seq or heads size of 2^31 is refused; heads of 2^31 - 1
+// are accepted (a tensor may hold far more than 2^31 elements).
 TEST_F(Validation, SizesOfTwoPow31) {
     const char *const axes[] = {"batch", "seq", "heads"};
     for (int axis = 0; axis < 3; axis++) {
         SCOPED_TRACE(axes[axis]);
-        std::array<int64_t, 4> sizes{1, 1, 1, 2}, strides{0, 0, 0, 1};
+        std::array<int64_t, 4> sizes{1, 1, 1, 2};
         sizes[axis] = int64_t{1} << 31;
-        strides[axis] = 2;
-        rope_params p = q_alone(valid(), sizes, strides);
-        p.q_out = p.q;  // in place: views of 16 GiB, which two buffers apart could overlap
-        p.angles.source = ROPE_SOURCE_PRECISE;
-        expect_rejected(p, ROPE_ERR_BAD_SHAPE,
+        expect_rejected(dense_q_in_place(valid(), sizes), ROPE_ERR_BAD_SHAPE,
                         {"q.sizes[" + std::to_string(axis) + "] (" + axes[axis] + ")=2147483648", "below 2^31"});
-        for (rope_tensor *t : {&p.q, &p.q_out}) {
-            t->sizes[axis] -= 1;
-        }
-        expect_accepted(p);
     }
+    expect_accepted(dense_q_in_place(valid(), {1, 1, (int64_t{1} << 31) - 1, 2}));
+}
+
+// The kernels' loops count a call's tokens (batch x seq) with 32-bit integers: at most 2^30.
+TEST_F(Validation, TokensOfACall) {
+    constexpr int64_t k2Pow15 = int64_t{1} << 15;
+    for (const auto &[batch, seq] : {std::pair{k2Pow30, int64_t{1}}, std::pair{int64_t{1}, k2Pow30}, std::pair{k2Pow15, k2Pow15}}) {
+        SCOPED_TRACE(std::to_string(batch) + " x " + std::to_string(seq));
+        expect_accepted(dense_q_in_place(valid(), {batch, seq, 1, 2}));
+    }
+    expect_rejected(dense_q_in_place(valid(), {1, k2Pow30 + 1, 1, 2}), ROPE_ERR_BAD_SHAPE,
+                    {"q.sizes[0] x q.sizes[1] (batch x seq)=1 x 1073741825", "at most 2^30"});
+    expect_rejected(dense_q_in_place(valid(), {k2Pow15 + 1, k2Pow15, 1, 2}), ROPE_ERR_BAD_SHAPE,
+                    {"(batch x seq)=32769 x 32768"});
 }
 
 TEST_F(Validation, HeadDimStrideNotOne) {
@@ -754,18 +771,17 @@ TEST_F(Validation, PackedQkvViewsAreNotAnOverlap) {
     expect_correct(c, dispatch_runner());
 }
 
-// Views too large to exist, with the token lattice of packed views (equal batch and seq strides)
-// and 2^30 x 2^29 tokens: one bf16 lane pair per token, 4 elements apart, so an output 2 elements
-// further is disjoint and one 1 element further overlaps. Decided exactly without walking an axis
-// (the walk took seconds per pair of views, minutes under a sanitizer).
-TEST(ValidationHugeLattice, DisjointAndOverlappingViewsOfTwoPow59Tokens) {
+// Views too large to exist, with the token lattice of packed views and 2^15 x 2^15 tokens (the
+// most a call takes): one bf16 lane pair per token, 4 elements apart, so an output 2 elements
+// further is disjoint and one 1 element further overlaps. Decided exactly without walking an axis.
+TEST(ValidationHugeLattice, DisjointAndOverlappingViewsOfTwoPow30Tokens) {
     static uint16_t storage[16];  // never touched: a query reads no tensor data
     const auto view = [](int64_t offset) {
         rope_tensor t{};
         t.data = storage + offset;
         t.dtype = ROPE_DTYPE_BF16;
-        const int64_t sizes[4] = {int64_t{1} << 30, int64_t{1} << 29, 1, 2};
-        const int64_t strides[4] = {int64_t{1} << 31, 4, 4, 1};
+        const int64_t sizes[4] = {int64_t{1} << 15, int64_t{1} << 15, 1, 2};
+        const int64_t strides[4] = {int64_t{1} << 17, 4, 4, 1};
         std::memcpy(t.sizes, sizes, sizeof(sizes));
         std::memcpy(t.strides, strides, sizeof(strides));
         return t;

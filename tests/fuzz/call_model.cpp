@@ -325,6 +325,10 @@ void judge_tensors(const FuzzCall &call, Rules &rules) {
             }
         }
     }
+    const int64_t batch = p.q.sizes[0], seq = p.q.sizes[1];
+    const bool sizes_in_range = batch >= 0 && seq >= 0 && batch < kTwo31 && seq < kTwo31;
+    rules.require(!sizes_in_range || batch * seq <= kTwo31 / 2, ROPE_ERR_BAD_SHAPE, "batch x seq=", batch, " x ", seq,
+                  " tokens > 2^30");
     rules.require(head_dim > 0 && head_dim % 2 == 0, ROPE_ERR_BAD_HEAD_DIM, "head_dim=", head_dim,
                   " is not even and positive");
     rules.tolerate(head_dim > std::numeric_limits<int32_t>::max(), ROPE_ERR_BAD_HEAD_DIM);

@@ -663,6 +663,37 @@ TEST_F(FaultTest, EngineRunnerFailingMidLoopStopsTheCall) {
     EXPECT_TRUE(call.check_untouched_outside_outputs());
 }
 
+// A loop of more iterations than the call's threads is handed to the engine as one strided task
+// per thread: task w runs iterations w, w + threads, ... With threads just below the iterations,
+// the index after a task's last passes INT_MAX; it must end the task, not wrap to a negative
+// iteration. (The runner runs only the first and the last task: enough to see their indices.)
+TEST_F(FaultTest, StridedTasksStayInsideTheirLoop) {
+    struct FirstAndLastTask {
+        static int run(void *, int (*task)(void *, int), void *task_context, int count) {
+            const int result = task(task_context, 0);
+            return result != 0 ? result : task(task_context, count - 1);
+        }
+    };
+    struct Seen {
+        std::atomic<int64_t> low{std::numeric_limits<int64_t>::max()}, high{std::numeric_limits<int64_t>::min()};
+    } seen;
+    const ParallelTask record = [](void *, int index, uint8_t *closure) {
+        auto *s = reinterpret_cast<Seen *>(closure);
+        for (int64_t low = s->low; index < low && !s->low.compare_exchange_weak(low, index);) {
+        }
+        for (int64_t high = s->high; index > high && !s->high.compare_exchange_weak(high, index);) {
+        }
+        return 0;
+    };
+    rope_set_parallel_runner(&FirstAndLastTask::run, nullptr);
+    constexpr int kIterations = (1 << 30) + 2;
+    rope_report report = rope_report_init();
+    CallContext call(&report, kIterations - 1);  // threads: each task runs one or two iterations
+    EXPECT_EQ(run_parallel_loop(&call, record, kIterations, reinterpret_cast<uint8_t *>(&seen)), 0);
+    EXPECT_EQ(seen.low.load(), 0);
+    EXPECT_EQ(seen.high.load(), kIterations - 1) << "iteration 2^30 + 1, task 0's second, is the last";
+}
+
 // A varlen call whose values depend on the sequence runs a kernel per sequence: when one fails,
 // the message names that sequence and says whether the ones before it were written (they were,
 // unless it is the first). Two sequences of one shape, so each hands the engine as many loops.

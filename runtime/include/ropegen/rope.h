@@ -47,7 +47,7 @@ typedef enum rope_status {
     ROPE_ERR_BAD_HEAD_DIM = 4,      /**< head_dim not even, not positive, or not shared by all tensors */
     ROPE_ERR_BAD_ROTARY = 5,        /**< rotary_dim / rotary_offset break 2 <= R <= D, R even, o + R <= D
                                          (DYNAMIC scaling: 4 <= R) */
-    ROPE_ERR_BAD_SHAPE = 6,         /**< a size is negative, a batch/seq/heads size >= 2^31, or tensors disagree on batch/seq sizes */
+    ROPE_ERR_BAD_SHAPE = 6,         /**< a size is negative, a batch/seq/heads size >= 2^31, batch x seq > 2^30, or tensors disagree on batch/seq */
     ROPE_ERR_SIZE_OVERFLOW = 7,     /**< an element or byte count overflows 64 bits */
     ROPE_ERR_BAD_STRIDE = 8,        /**< the head_dim stride is not 1, a stride is negative, or a
                                          cache_row_stride or mrope.stream_stride is out of its range */
@@ -331,7 +331,7 @@ typedef struct rope_cache_spec {
     void *cos_cache;          /**< out: [cache_len][row_stride] of cache_dtype */
     void *sin_cache;          /**< out: same shape, sharing no element with cos_cache; rows may interleave
                                    (vLLM's cos_sin_cache: sin_cache = cos_cache + R/2, cache_row_stride R) */
-    int64_t cache_len;        /**< rows: positions 0..cache_len-1, below 2^31 */
+    int64_t cache_len;        /**< rows: positions 0..cache_len-1, at most 2^30 */
     int64_t cache_row_stride; /**< elements between rows; 0 means R/2, else in [R/2, 2^31) (else ROPE_ERR_BAD_STRIDE) */
     rope_dtype cache_dtype;   /**< f32, or a 16-bit dtype (each value the f32 one rounded once) */
 } rope_cache_spec;

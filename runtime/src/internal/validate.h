@@ -9,6 +9,10 @@
 
 namespace ropegen {
 
+/// The most tokens (batch x seq) one call takes: the kernels' loops count them, and round them up
+/// to whole tiles, with 32-bit integers.
+constexpr int64_t kMaxCallTokens = int64_t{1} << 30;
+
 /// A call that passed validation, with defaults applied.
 struct ValidCall {
     rope_params params;  ///< the caller's struct: the fields of its layout, zero beyond

@@ -289,8 +289,9 @@ int call_threads(const ValidCall &call) {
     if (p.num_threads != 0 || engine_runner_set()) {
         return p.num_threads;
     }
-    // Bytes read and written. A call without elements may have any batch and sequence sizes, so
-    // the products are checked (heads first: 0 heads is 0 bytes); an overflow is a large call.
+    // Bytes read and written. A call without elements may have sizes whose product overflows
+    // (batch or seq below 2^31 each, head_dim too), so the products are checked (heads first:
+    // 0 heads is 0 bytes); an overflow is a large call.
     int64_t bytes_moved = 0;
     if (__builtin_add_overflow(p.q.sizes[2], call.has_k ? p.k.sizes[2] : 0, &bytes_moved)) {
         return 0;

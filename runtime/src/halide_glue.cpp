@@ -217,7 +217,7 @@ int run_strided(void *user_context, int worker, uint8_t *closure) {
     tsan::handoff_acquire(closure);
     const auto *loop = reinterpret_cast<const StridedLoop *>(closure);
     int result = 0;
-    // 64-bit: with more workers than iterations left, i + workers passes INT_MAX.
+    // 64-bit: after a task's last iteration, i + workers may pass INT_MAX.
     for (int64_t i = worker; i < loop->extent && result == 0; i += loop->workers) {
         result = loop->task(user_context, loop->min + static_cast<int>(i), loop->closure);
     }

@@ -332,6 +332,14 @@ rope_params dense_q_in_place(rope_params p, const std::array<int64_t, 4> &sizes)
     return p;
 }
 
+// A span of exactly INT64_MAX elements (two items INT64_MAX - 63 apart, 64 lanes): its byte count,
+// span + 1 elements, must be found to overflow without computing span + 1 (UBSan's check).
+TEST_F(Validation, SpanOfInt64Max) {
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+    expect_rejected(q_alone(valid(), {2, 1, 1, 64}, {kMax - 63, 0, 64, 1}), ROPE_ERR_SIZE_OVERFLOW,
+                    {"q: the byte span of the view overflows 64 bits"});
+}
+
 // Halide's extents are int32: a batch, seq or heads size of 2^31 is refused; heads of 2^31 - 1
 // are accepted (a tensor may hold far more than 2^31 elements).
 TEST_F(Validation, SizesOfTwoPow31) {

@@ -320,7 +320,7 @@ CaseSpec q_only_precise_case() {
     return spec;
 }
 
-size_t q_bytes(const CaseSpec &spec) {
+size_t f32_q_bytes(const CaseSpec &spec) {
     return static_cast<size_t>(spec.batch * spec.seq * spec.q_heads * spec.head_dim) * 4;
 }
 
@@ -341,7 +341,7 @@ void expect_q_past_its_allocation(DevicePointer q, DevicePointer q_out) {
 
 TEST(CudaDispatch, ViewsPastTheirAllocationAreRejected) {
     ROPEGEN_SKIP_WITHOUT_GPU(d);
-    const size_t bytes = q_bytes(q_only_precise_case());
+    const size_t bytes = f32_q_bytes(q_only_precise_case());
     DeviceBuffer q(*d, bytes - 4), q_out(*d, bytes);  // q is one element short
     expect_q_past_its_allocation(q.address(), q_out.address());
 }
@@ -350,7 +350,7 @@ TEST(CudaDispatch, ViewsPastTheirAllocationAreRejected) {
 // from one into the other is past the end of its allocation (only VMM chunks are followed).
 TEST(CudaDispatch, AViewRunningIntoTheNextOrdinaryAllocationIsRejected) {
     ROPEGEN_SKIP_WITHOUT_GPU(d);
-    const size_t bytes = q_bytes(q_only_precise_case());
+    const size_t bytes = f32_q_bytes(q_only_precise_case());
     constexpr size_t kBlock = size_t{2} << 20;
     std::vector<std::unique_ptr<DeviceBuffer>> blocks;
     DevicePointer boundary = 0;  // where one block ends and another begins

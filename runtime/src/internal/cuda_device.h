@@ -37,7 +37,7 @@ std::vector<MemoryRange> memory_ranges(const ValidCall &call);
 /// Loads the driver (once), finds the call's context (the stream's, else the calling thread's
 /// current one; never a new one) and its device, and checks that every pointer of `call` is
 /// device memory the context can reach (its own, or memory of no context on its device) with its
-/// whole view inside one allocation or allocations mapped back to back. On failure:
+/// whole view inside one allocation or VMM chunks (cuMemMap) mapped back to back. On failure:
 /// ROPE_ERR_DEVICE or ROPE_ERR_BAD_POINTER and a message.
 rope_status prepare_cuda_call(const ValidCall &call, CudaTarget *target, std::string *message);
 

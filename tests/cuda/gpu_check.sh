@@ -28,8 +28,10 @@ if command -v compute-sanitizer > /dev/null; then
     sample='CudaDispatch.*:CudaKernels/*half_cache_d128_bf16__cuda_sm86:CudaKernels/*interleaved_precise_dany_f32__cuda_sm86'
     sample+='-CudaDispatch.ABatchBeyondOneGridRunsInParts:CudaDispatch.AModuleThatCannotLoadIsAStatusNotAnAbort'
     sample+=':CudaDispatch.APointerOfAnotherContextIsRejected'
-    # cuMemGetAddressRange fails on purpose twice: on the host-pointer test's pointer, and past the
-    # end of the allocation of the view-past-its-allocation test (the probe for a chunk mapped next).
+    # Three driver calls fail on purpose, and memcheck reports each as an error: cuMemGetAddressRange
+    # on the host-pointer test's pointer (CUDA_ERROR_NOT_FOUND), and cuMemRetainAllocationHandle on
+    # the cuMemAlloc buffer that each of the two views-past-their-allocation tests overruns
+    # (CUDA_ERROR_INVALID_VALUE: not a VMM chunk, so the view may not run on into the next one).
     timeout 120 compute-sanitizer --tool memcheck "$tests" --gtest_filter="$sample" > "$out/memcheck.log" 2>&1
     stamp "memcheck ($out/memcheck.log)" $?
     grep -E "ERROR SUMMARY" "$out/memcheck.log"

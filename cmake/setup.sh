@@ -5,7 +5,8 @@
 #     qemu-user (the foreign-CPU runs and the aarch64 suite); the aarch64 cross compilers and
 #     GoogleTest's sources (built for aarch64 by the cross build); PoCL, an OpenCL implementation
 #     on the CPU, which runs the GPU schedule where there is no GPU;
-#   - a Python virtual environment in .venv with pinned halide, cmake and ninja from PyPI.
+#   - a Python virtual environment in .venv with pinned halide, cmake, ninja and (x86-64) ptxas
+#     from PyPI.
 # A second run only checks and returns in seconds.
 set -euo pipefail
 

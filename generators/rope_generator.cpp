@@ -236,8 +236,10 @@ private:
         if (bf16_through_bits()) {
             return f32_to_bf16_bits(value);
         }
-        if (dtype == Float(16) && !get_target().has_feature(Target::F16C)) {
-            // Halide's software f32 -> f16 conversion (targets without F16C) turns NaN into Inf.
+        // CUDA converts with PTX's cvt.rn.f16.f32, which keeps NaN a NaN; the select would also
+        // keep LLVM from pairing the conversions into cvt.rn.f16x2.f32.
+        if (dtype == Float(16) && !get_target().has_feature(Target::F16C) && !get_target().has_feature(Target::CUDA)) {
+            // Halide's software f32 -> f16 conversion (other targets without F16C) turns NaN into Inf.
             return select(is_nan(value), reinterpret(dtype, cast<uint16_t>(0x7e00)), cast(dtype, value));
         }
         return cast(dtype, value);

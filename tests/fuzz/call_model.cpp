@@ -14,6 +14,7 @@ namespace ropegen::fuzz {
 namespace {
 
 constexpr int64_t kTwo31 = int64_t{1} << 31;
+constexpr int64_t kMaxTokens = int64_t{1} << 30;  // batch x seq of one call
 /// Computed sources reduce angles exactly below 2^32 (spec §5): larger ones are rejected.
 constexpr long double kMaxAngle = 0x1p32L;
 /// The library computes its position limit from the angle bound in double: a position whose
@@ -327,7 +328,7 @@ void judge_tensors(const FuzzCall &call, Rules &rules) {
     }
     const int64_t batch = p.q.sizes[0], seq = p.q.sizes[1];
     const bool sizes_in_range = batch >= 0 && seq >= 0 && batch < kTwo31 && seq < kTwo31;
-    rules.require(!sizes_in_range || batch * seq <= kTwo31 / 2, ROPE_ERR_BAD_SHAPE, "batch x seq=", batch, " x ", seq,
+    rules.require(!sizes_in_range || batch * seq <= kMaxTokens, ROPE_ERR_BAD_SHAPE, "batch x seq=", batch, " x ", seq,
                   " tokens > 2^30");
     rules.require(head_dim > 0 && head_dim % 2 == 0, ROPE_ERR_BAD_HEAD_DIM, "head_dim=", head_dim,
                   " is not even and positive");

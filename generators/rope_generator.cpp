@@ -225,6 +225,14 @@ private:
     Expr widen(const Expr &x) const {
         return x.type() == BFloat(16) && bf16_through_bits() ? bf16_to_f32_bits(x) : cast<float>(x);
     }
+    // Whether f16 converts in hardware, which keeps NaN a NaN: F16C's vcvtps2ph, FEAT_FP16's
+    // fcvtn, PTX's cvt.rn.f16.f32 (Halide emulates the conversion elsewhere). There the NaN select
+    // of narrow() is only cost, and on CUDA it also kept LLVM from pairing the conversions into
+    // cvt.rn.f16x2.f32.
+    bool native_f16_conversion() const {
+        const Target &t = get_target();
+        return t.has_feature(Target::F16C) || t.has_feature(Target::ARMFp16) || t.has_feature(Target::CUDA);
+    }
     // On the CPU, Halide's own bf16 rounding adds up to 0x8000 to the f32 bits, which carries a
     // NaN whose payload's high bits are all ones past the exponent, into +-0. No such NaN reaches
     // it: inputs and 16-bit tables widen from bf16 (low half zero), f32 tables' NaNs are made
@@ -236,10 +244,8 @@ private:
         if (bf16_through_bits()) {
             return f32_to_bf16_bits(value);
         }
-        // CUDA converts with PTX's cvt.rn.f16.f32, which keeps NaN a NaN; the select would also
-        // keep LLVM from pairing the conversions into cvt.rn.f16x2.f32.
-        if (dtype == Float(16) && !get_target().has_feature(Target::F16C) && !get_target().has_feature(Target::CUDA)) {
-            // Halide's software f32 -> f16 conversion (other targets without F16C) turns NaN into Inf.
+        if (dtype == Float(16) && !native_f16_conversion()) {
+            // Halide's software f32 -> f16 conversion turns NaN into Inf.
             return select(is_nan(value), reinterpret(dtype, cast<uint16_t>(0x7e00)), cast(dtype, value));
         }
         return cast(dtype, value);

@@ -225,13 +225,15 @@ private:
     Expr widen(const Expr &x) const {
         return x.type() == BFloat(16) && bf16_through_bits() ? bf16_to_f32_bits(x) : cast<float>(x);
     }
-    // Whether f16 converts in hardware, which keeps NaN a NaN: F16C's vcvtps2ph, FEAT_FP16's
-    // fcvtn, PTX's cvt.rn.f16.f32 (Halide emulates the conversion elsewhere). There the NaN select
+    // Whether f16 converts in hardware, which keeps NaN a NaN: F16C's vcvtps2ph (every AVX-512
+    // level implies F16C, though Halide's AVX-512 targets do not name it), FEAT_FP16's fcvtn,
+    // PTX's cvt.rn.f16.f32. Halide emulates the conversion elsewhere. With hardware the NaN select
     // of narrow() is only cost, and on CUDA it also kept LLVM from pairing the conversions into
     // cvt.rn.f16x2.f32.
     bool native_f16_conversion() const {
-        const Target &t = get_target();
-        return t.has_feature(Target::F16C) || t.has_feature(Target::ARMFp16) || t.has_feature(Target::CUDA);
+        return get_target().features_any_of({Target::F16C, Target::AVX512, Target::AVX512_KNL, Target::AVX512_Skylake,
+                                             Target::AVX512_Cannonlake, Target::AVX512_SapphireRapids, Target::AVX512_Zen4,
+                                             Target::AVX512_Zen5, Target::ARMFp16, Target::CUDA});
     }
     // On the CPU, Halide's own bf16 rounding adds up to 0x8000 to the f32 bits, which carries a
     // NaN whose payload's high bits are all ones past the exponent, into +-0. No such NaN reaches

@@ -14,7 +14,8 @@
 //           the scaling's scalars and per-pair tables; round_cos_sin; mrope_end0, mrope_end1 (the
 //           pairs of mrope's first stream, and of its first two: P and P without mrope)
 //   outputs per tensor: *_rotated, the rotary lanes as (pair, half) for the half style or
-//           (half, pair) for the interleaved style, then [head, seq, batch]; *_lead and *_tail,
+//           (half, pair) for the interleaved style (uint32 words of both lanes, the half axis of
+//           extent 1, when it rotates by words), then [head, seq, batch]; *_lead and *_tail,
 //           the lanes before and after the rotary slice (empty for full rotary or in place).
 #include <cstdlib>
 #include <string>
@@ -73,7 +74,7 @@ public:
     GeneratorParam<CosSinAt> cos_sin_at{"cos_sin_at", CosSinAt::Task, {{"task", CosSinAt::Task}, {"inline", CosSinAt::Inline}, {"root", CosSinAt::Root}}};
     GeneratorParam<int> cos_sin_vectors{"cos_sin_vectors", 1, 1, 8};
     GeneratorParam<StoreOrder> store_order{"store_order", StoreOrder::PairVectors, {{"pair_vectors", StoreOrder::PairVectors}, {"halves", StoreOrder::Halves}}};
-    GeneratorParam<InterleavedRotation> interleaved_rotation{"interleaved_rotation", InterleavedRotation::Deinterleave, {{"deinterleave", InterleavedRotation::Deinterleave}, {"swap", InterleavedRotation::Swap}}};
+    GeneratorParam<InterleavedRotation> interleaved_rotation{"interleaved_rotation", InterleavedRotation::Deinterleave, {{"deinterleave", InterleavedRotation::Deinterleave}, {"swap", InterleavedRotation::Swap}, {"words", InterleavedRotation::Words}}};
     LayoutParams bshd{"bshd", HeadLoop::InsideTokens};
     LayoutParams bhsd{"bhsd", HeadLoop::OutsideTokens};
     LayoutParams sbhd{"sbhd", HeadLoop::InsideTokens};
@@ -83,6 +84,10 @@ public:
     GeneratorParam<int> gpu_tokens_per_block{"gpu_tokens_per_block", 1, 1, 1024};
 
     void configure() {
+        const Type element = dtype;
+        _halide_user_assert(!pair_words() || (element.bits() == 16 && head_dim > 0 && !get_target().has_gpu_feature()))
+            << "interleaved_rotation=words is for CPU kernels of a 16-bit dtype and a fixed head_dim "
+               "(cmake/ropegen_kernels.py passes deinterleave for the others)";
         q_ = add_input<Buffer<>>("q", dtype, 4);
         k_ = add_input<Buffer<>>("k", dtype, 4);
         positions_ = add_input<Buffer<int32_t, 3>>("positions");
@@ -114,7 +119,7 @@ public:
         mrope_end0_ = add_input<int32_t>("mrope_end0");
         mrope_end1_ = add_input<int32_t>("mrope_end1");
         for (const char *tensor : {"q", "k"}) {
-            outputs_.push_back({add_output<Buffer<>>(std::string(tensor) + "_rotated", dtype, 5),
+            outputs_.push_back({add_output<Buffer<>>(std::string(tensor) + "_rotated", pair_words() ? UInt(32) : element, 5),
                                 add_output<Buffer<>>(std::string(tensor) + "_lead", dtype, 4),
                                 add_output<Buffer<>>(std::string(tensor) + "_tail", dtype, 4)});
         }
@@ -150,14 +155,14 @@ public:
         const int pair_dim = style == Style::Half ? 0 : 1, half_dim = 1 - pair_dim;
         for (const TensorOutputs &out : outputs_) {
             out.rotated->dim(pair_dim).set_bounds(0, rotary_pairs());
-            out.rotated->dim(half_dim).set_bounds(0, 2);
+            out.rotated->dim(half_dim).set_bounds(0, pair_words() ? 1 : 2);
             if (head_dim > 0) {
                 // Whole heads: nothing passes through, and no loop is emitted for it.
                 out.lead->dim(0).set_bounds(0, 0);
                 out.tail->dim(0).set_bounds(head_dim, 0);
             }
             // Pairs are two lanes apart (interleaved); a pair's lanes are P apart (half).
-            out.rotated->dim(1).set_stride(style == Style::Interleaved ? Expr(2) : rotary_pairs());
+            out.rotated->dim(1).set_stride(style == Style::Interleaved ? Expr(pair_words() ? 1 : 2) : rotary_pairs());
         }
     }
 
@@ -215,6 +220,13 @@ private:
     }
     Expr rotary_offset() const {
         return head_dim > 0 ? Expr(0) : Expr(*rotary_offset_);
+    }
+
+    // An interleaved kernel that stores each pair as one 32-bit word, its first lane low (the
+    // runtime describes its rotated outputs so, kernels.inc's pair_words): narrowing then ends in
+    // one two-source permute of 16-bit lanes, not in shuffles that interleave two vectors.
+    bool pair_words() const {
+        return style == Style::Interleaved && interleaved_rotation == InterleavedRotation::Words;
     }
 
     // Storage dtype <-> f32 (spec §4). Halide's CUDA code generator cannot convert bf16 (LLVM
@@ -389,6 +401,13 @@ private:
             rotate_pair(x_a, x_b, cs(v.pair, v.seq, v.batch)[0], cs(v.pair, v.seq, v.batch)[1]);
 
         // spec §4: a 16-bit output is the f32 result rounded to nearest even, once.
+        if (pair_words()) {
+            auto bits = [&](int half) {
+                return cast<uint32_t>(reinterpret<uint16_t>(narrow(rotated_pairs(v.pair, v.head, v.seq, v.batch)[half])));
+            };
+            (*out.rotated)(v.half, v.pair, v.head, v.seq, v.batch) = bits(0) | (bits(1) << 16);
+            return {*out.rotated, rotated_pairs, cs, *out.lead, *out.tail, *out.rotated};
+        }
         const Expr value = select(v.half == 0, rotated_pairs(v.pair, v.head, v.seq, v.batch)[0],
                                   rotated_pairs(v.pair, v.head, v.seq, v.batch)[1]);
         const std::vector<Var> rotated_args = style == Style::Half

@@ -32,8 +32,10 @@ enum class StoreOrder { PairVectors, Halves };
 /// How the interleaved style rotates a vector of neighbouring pairs: split into a vector of first
 /// and one of second lanes, rotated as pairs and interleaved again (two shuffles per lane vector
 /// each way), or lane by lane with the vector's neighbours swapped in (one in-lane shuffle) and
-/// cos/sin repeated per lane (CPU kernels of a fixed head_dim; the others deinterleave).
-enum class InterleavedRotation { Deinterleave, Swap };
+/// cos/sin repeated per lane (CPU kernels of a fixed head_dim; the others deinterleave), or, for
+/// 16-bit dtypes, split as Deinterleave does and stored as one 32-bit word per pair (CPU kernels
+/// of a fixed head_dim).
+enum class InterleavedRotation { Deinterleave, Swap, Words };
 
 /// Where a tensor layout's loop nest puts the head loop relative to the inner token loop.
 enum class HeadLoop { InsideTokens, OutsideTokens };

@@ -166,6 +166,8 @@ def core_candidates(key, isa, default, judges=MEASURED_KNOBS):
             continue  # the interleaved style stores a pair's lanes together: the order means nothing
         if core["interleaved_rotation"] != default["interleaved_rotation"] and (key["style"] != "interleaved" or not key["head_dim"]):
             continue  # read by fixed head_dim kernels of the interleaved style only
+        if core["interleaved_rotation"] == "words" and key["dtype"] == "f32":
+            continue  # words of two 16-bit lanes: for f32 it means deinterleave
         if rk.rule_violations(key, core):
             continue  # a placement the library does not allow for this key
         if any(knob not in judges and value != default[knob] for knob, value in core.items()):
@@ -408,8 +410,9 @@ class Workbench:
     def measure(self, key, pool, reps):
         built = self.build_all(key, pool)
         with tempfile.NamedTemporaryFile("w", suffix=".txt", dir=self.cache, delete=False) as listing:
-            for index, (shared, function) in enumerate(built):
-                listing.write(f"c{index} {shared} {function}\n")
+            for index, ((shared, function), params) in enumerate(zip(built, pool)):
+                # pair_words: the harness describes the candidate's output as the runtime does.
+                listing.write(f"c{index} {shared} {function} {int(rk.stores_pair_words(key, params))}\n")
         try:
             run = subprocess.run([str(self.harness), "--style", key["style"], "--source", key["source"],
                                   "--dtype", key["dtype"], "--head-dim", str(key["head_dim"]), "--isa", self.isa,

@@ -170,12 +170,15 @@ class SearchTest(unittest.TestCase):
         self.assertEqual({c["store_order"] for c in cores}, set(rk.STORE_ORDERS))
         interleaved = rt.core_candidates({**KEY, "style": "interleaved"}, ISA, default)
         self.assertEqual({c["store_order"] for c in interleaved}, {default["store_order"]})
-        # Interleaved rotation: both for a fixed head_dim of the interleaved style, else the default.
+        # Interleaved rotation: all for a fixed head_dim of the interleaved style (words for 16-bit
+        # lanes only), else the default.
         self.assertEqual({c["interleaved_rotation"] for c in interleaved}, set(rk.INTERLEAVED_ROTATIONS))
+        interleaved_f32 = rt.core_candidates({**KEY, "style": "interleaved", "dtype": "f32"}, ISA, default)
+        self.assertEqual({c["interleaved_rotation"] for c in interleaved_f32}, {"deinterleave", "swap"})
         self.assertEqual({c["interleaved_rotation"] for c in cores}, {default["interleaved_rotation"]})
         any_head_dim = rt.core_candidates({**KEY, "style": "interleaved", "head_dim": 0}, ISA, default)
         self.assertEqual({c["interleaved_rotation"] for c in any_head_dim}, {default["interleaved_rotation"]})
-        self.assertEqual(len(interleaved), len(cores))
+        self.assertEqual(len(interleaved) // len(rk.INTERLEAVED_ROTATIONS), len(cores) // len(rk.STORE_ORDERS))
         small = rt.core_candidates({**KEY, "head_dim": 64}, "sse41", default)
         self.assertTrue(all(2 <= c["vector_pairs"] <= 8 and c["vector_pairs"] * c["unroll_pairs"] <= 32 for c in small))
 

@@ -7,7 +7,8 @@
 //   rope_tune_harness --style half --source cache --dtype f32 --head-dim 128 --isa avx512
 //                     --candidates list.txt [--reps 7] [--min-rep-ms 2]
 //
-// list.txt has one candidate per line: "<id> <shared object> <function name>". Output, one JSON
+// list.txt has one candidate per line: "<id> <shared object> <function name> <pair words: 0|1>"
+// (1: it stores each pair as a 32-bit word, KernelEntry::pair_words). Output, one JSON
 // object per line: {"candidate": id, "verified": true|false, "failure": "..."} for every
 // candidate, then {"candidate": id, "shape": ..., "layout": ..., "bytes": ..., "ns": [...]} per
 // candidate and timed shape, with "memcpy" as the id of a copy of the same bytes.
@@ -177,7 +178,8 @@ bool load_candidates(const Options &options, std::vector<Candidate> *candidates,
         std::istringstream fields(line);
         Candidate candidate;
         std::string path;
-        if (!(fields >> candidate.id >> path >> candidate.function_name)) {
+        int pair_words = 0;
+        if (!(fields >> candidate.id >> path >> candidate.function_name >> pair_words)) {
             continue;
         }
         // RTLD_LOCAL: every candidate defines its own function; the Halide runtime they call
@@ -189,7 +191,8 @@ bool load_candidates(const Options &options, std::vector<Candidate> *candidates,
             return false;
         }
         candidate.entry = KernelEntry{nullptr, options.isa, options.style, options.source,
-                                      options.dtype, options.head_dim, reinterpret_cast<KernelFunction>(function), 0, 0};
+                                      options.dtype, options.head_dim, reinterpret_cast<KernelFunction>(function), 0, 0,
+                                      pair_words != 0};
         candidates->push_back(std::move(candidate));
     }
     if (candidates->empty()) {

@@ -76,9 +76,10 @@ struct TensorViews {
     Buffer input, rotated, lead, tail;
 };
 
-// Describes tensor `in`/`out` for one slice: [lane, head, seq, batch] with the slice's axes.
+// Describes tensor `in`/`out` for one slice: [lane, head, seq, batch] with the slice's axes;
+// the rotated lanes as 32-bit words of a pair for a kernel that stores them so (`pair_words`).
 TensorViews make_views(const ValidCall &call, const rope_tensor &in, const rope_tensor &out, const Slice &slice,
-                       bool present) {
+                       bool present, bool pair_words) {
     const halide_type_t type = halide_type(in.dtype);
     const size_t element = type.bytes();
     const int64_t pairs = call.rotary_dim / 2;
@@ -95,29 +96,34 @@ TensorViews make_views(const ValidCall &call, const rope_tensor &in, const rope_
     // inside it as if they were dense. The kernels recognise the layout from the strides, and a
     // one-token call then takes the token-outer (BSHD) loop nest, which reads cos/sin once per
     // token, instead of the head-outer one, which reads them again for every head.
-    auto outer_dims = [&](Buffer &b, const rope_tensor &t, int first) {
+    // `lanes`: the tensor's elements in one of the view's (2 for pair words; strides are even).
+    auto outer_dims = [&](Buffer &b, const rope_tensor &t, int first, int64_t lanes = 1) {
         const int64_t extents[3] = {heads, slice.extent[1], slice.extent[0]};
         int64_t dense = call.head_dim;  // the stride that continues the axes inside densely
         for (int axis = 0; axis < 3; axis++) {
             const int64_t stride = extents[axis] > 1 ? t.strides[2 - axis] : (dense <= kMaxStride ? dense : 0);
-            b.set(first + axis, 0, extents[axis], stride);
+            b.set(first + axis, 0, extents[axis], stride / lanes);
             dense = stride * std::max<int64_t>(extents[axis], 1);
         }
     };
     const bool in_place = in.data == out.data;
     const int64_t offset = call.rotary_offset, tail_min = offset + call.rotary_dim;
-    TensorViews v{Buffer(in_base, type, 4), Buffer(out_base + offset * element, type, 5),
+    const halide_type_t rotated_type = pair_words ? halide_type_t(halide_type_uint, 32) : type;
+    TensorViews v{Buffer(in_base, type, 4), Buffer(out_base + offset * element, rotated_type, 5),
                   Buffer(out_base, type, 4), Buffer(out_base + tail_min * element, type, 4)};
     v.input.set(0, 0, call.head_dim, 1);
     outer_dims(v.input, in, 1);
     if (call.params.style == ROPE_STYLE_HALF) {
         v.rotated.set(0, 0, pairs, 1);  // (pair, half): lanes i and i + P
         v.rotated.set(1, 0, 2, pairs);
+    } else if (pair_words) {
+        v.rotated.set(0, 0, 1, 1);  // (word, pair): lanes 2i (the low half) and 2i + 1 in one word
+        v.rotated.set(1, 0, pairs, 1);
     } else {
         v.rotated.set(0, 0, 2, 1);  // (half, pair): lanes 2i and 2i + 1
         v.rotated.set(1, 0, pairs, 2);
     }
-    outer_dims(v.rotated, out, 2);
+    outer_dims(v.rotated, out, 2, pair_words ? 2 : 1);
     // Lanes outside the rotary slice are copied, unless in place where they already hold the value.
     v.lead.set(0, 0, in_place ? 0 : offset, 1);
     outer_dims(v.lead, out, 1);
@@ -189,7 +195,8 @@ const KernelEntry *select_kernel(const ValidCall &call, const Target &target) {
     // a decode call 0.5-0.7 us on the host of a lent H100, bench/README.md).
     for (const KernelEntry *kernel = first; kernel != end; kernel++) {
         if (kernel_matches(*kernel, call.params) &&
-            (!cuda || (kernel->cuda_capability <= target.capability && vectors_aligned(*kernel, call)))) {
+            (cuda ? kernel->cuda_capability <= target.capability && vectors_aligned(*kernel, call)
+                  : pair_words_fit(*kernel, call.params))) {
             return kernel;
         }
     }
@@ -414,9 +421,9 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
                             {std::min(batch_step, batch - first_item), slice_axis[1] ? 1 : seq, slice_axis[2] ? 1 : -1}};
                 const bool q_present = !slice_axis[2] || h < p.q.sizes[2];
                 const bool k_present = call.has_k && (!slice_axis[2] || h < p.k.sizes[2]);
-                TensorViews q = make_views(call, p.q, p.q_out, slice, q_present);
-                TensorViews k = call.has_k ? make_views(call, p.k, p.k_out, slice, k_present)
-                                           : make_views(call, p.q, p.q_out, slice, false);
+                TensorViews q = make_views(call, p.q, p.q_out, slice, q_present, kernel.pair_words);
+                TensorViews k = call.has_k ? make_views(call, p.k, p.k_out, slice, k_present, kernel.pair_words)
+                                           : make_views(call, p.q, p.q_out, slice, false, kernel.pair_words);
                 const int64_t pos_offset = slice.begin[0] * pos_batch_stride + slice.begin[1] * pos_seq_stride;
                 Buffer positions(positions_given ? const_cast<int32_t *>(static_cast<const int32_t *>(pos.data)) + pos_offset
                                                  : placeholder,
@@ -749,6 +756,11 @@ rope_status run_one_kernel(const KernelEntry &kernel, const rope_params *params,
                                                         std::to_string(kernel.cuda_capability) + " (the device has " +
                                                         std::to_string(target.capability) +
                                                         ") and 16-byte aligned data with strides in whole vectors");
+    }
+    if (!cuda_kernel && !pair_words_fit(kernel, call.params)) {
+        return finish(report, ROPE_ERR_UNSUPPORTED, std::string("kernel ") + kernel.name +
+                                                        " stores each pair as a 32-bit word: it needs q_out and k_out "
+                                                        "4-byte aligned with even strides");
     }
     if (!cuda_kernel && kernel.isa > detected_isa()) {
         return finish(report, ROPE_ERR_UNSUPPORTED, std::string("kernel ") + kernel.name + " needs " + isa_name(kernel.isa) +

@@ -138,7 +138,7 @@ class TunedFileTest(unittest.TestCase):
         doc = tuned_doc()
         doc["kernels"][0]["params"]["interleaved_rotation"] = "shuffle"
         self.assert_rejected(self.write(doc), "kernels[0].params.interleaved_rotation: \"shuffle\" must be one of "
-                                              "['deinterleave', 'swap']")
+                                              "['deinterleave', 'swap', 'words']")
         doc = tuned_doc("cuda-sm86", GPU_PARAMS)
         doc["kernels"][0]["params"]["gpu"]["threads_per_block"] = 96
         path = self.write(doc, directory="cuda-sm86")
@@ -280,10 +280,11 @@ class DefaultFileRulesTest(unittest.TestCase):
 
     def test_conflicts_anywhere_in_the_key_grid(self):
         # Equally specific, both set vector_pairs, and both match only the interleaved f16 kernels.
+        first = len(self.doc["kernels"])
         for match in ({"dtype": "f16"}, {"style": "interleaved"}):
             self.doc["kernels"].append({"match": {**dict.fromkeys(rk.MATCH_KEYS, "*"), **match},
                                         "params": {"vector_pairs": 8}})
-        self.assert_rejected(self.write(), "kernels[7] and", "kernels[8] both set ['vector_pairs'] for kernel",
+        self.assert_rejected(self.write(), f"kernels[{first}] and", f"kernels[{first + 1}] both set ['vector_pairs'] for kernel",
                              "'style': 'interleaved'", "'dtype': 'f16'", "equally specific")
 
 

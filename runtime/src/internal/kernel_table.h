@@ -41,6 +41,9 @@ struct KernelEntry {
     KernelFunction function;
     int cuda_capability = 0;  ///< CUDA kernels: the compute capability its PTX targets (80, 86); 0 for CPU kernels
     int vector_elements = 0;  ///< CUDA kernels: > 0 when it needs 16-byte aligned data and strides in multiples of it
+    /// CPU kernels of the interleaved style: it stores each rotated pair as one 32-bit word, so
+    /// q_out and k_out must be 4-byte aligned with even strides (interleaved_rotation words).
+    bool pair_words = false;
 };
 
 /// Every CPU kernel the build emitted, best ISA first and, within an ISA, fixed head_dims first.
@@ -87,6 +90,28 @@ inline bool kernel_matches(const KernelEntry &kernel, const rope_params &params)
     const bool whole_heads = params.rotary_dim == 0 || params.rotary_dim == params.q.sizes[3];
     return kernel.style == params.style && kernel.source == params.angles.source && kernel.dtype == params.q.dtype &&
            (kernel.head_dim == 0 || (kernel.head_dim == params.q.sizes[3] && whole_heads));
+}
+
+/// True when `kernel` may serve `params` as they lie in memory: one that stores pairs as 32-bit
+/// words (pair_words) needs q_out and k_out 4-byte aligned, with even strides where it steps.
+inline bool pair_words_fit(const KernelEntry &kernel, const rope_params &params) {
+    if (!kernel.pair_words) {
+        return true;
+    }
+    for (const rope_tensor *t : {&params.q_out, &params.k_out}) {
+        if (t->data == nullptr) {
+            continue;  // no k
+        }
+        if (reinterpret_cast<uintptr_t>(t->data) % 4 != 0) {
+            return false;
+        }
+        for (int axis = 0; axis < 3; axis++) {
+            if (t->sizes[axis] > 1 && t->strides[axis] % 2 != 0) {
+                return false;
+            }
+        }
+    }
+    return true;
 }
 
 /// Validates `params` like rope_dispatch(), then runs `kernel` (which must match, else

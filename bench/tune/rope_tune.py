@@ -166,7 +166,7 @@ def core_candidates(key, isa, default, judges=MEASURED_KNOBS):
             continue  # the interleaved style stores a pair's lanes together: the order means nothing
         if core["interleaved_rotation"] != default["interleaved_rotation"] and (key["style"] != "interleaved" or not key["head_dim"]):
             continue  # read by fixed head_dim kernels of the interleaved style only
-        if core["interleaved_rotation"] == "words" and key["dtype"] == "f32":
+        if core["interleaved_rotation"] == "words" and not rk.stores_pair_words(key, core):
             continue  # words of two 16-bit lanes: for f32 it means deinterleave
         if rk.rule_violations(key, core):
             continue  # a placement the library does not allow for this key

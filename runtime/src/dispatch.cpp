@@ -154,16 +154,8 @@ bool vectors_aligned(const KernelEntry &kernel, const ValidCall &call) {
     auto aligned = [](const void *data) { return reinterpret_cast<uintptr_t>(data) % 16 == 0; };
     const rope_params &p = call.params;
     for (const rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
-        if (t->data == nullptr) {
-            continue;  // no k
-        }
-        if (!aligned(t->data)) {
+        if (!tensor_aligned(*t, 16, vector)) {
             return false;
-        }
-        for (int axis = 0; axis < 3; axis++) {
-            if (t->sizes[axis] > 1 && t->strides[axis] % vector != 0) {
-                return false;
-            }
         }
     }
     if (p.angles.source != ROPE_SOURCE_CACHE) {

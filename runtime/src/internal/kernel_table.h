@@ -92,26 +92,27 @@ inline bool kernel_matches(const KernelEntry &kernel, const rope_params &params)
            (kernel.head_dim == 0 || (kernel.head_dim == params.q.sizes[3] && whole_heads));
 }
 
-/// True when `kernel` may serve `params` as they lie in memory: one that stores pairs as 32-bit
-/// words (pair_words) needs q_out and k_out 4-byte aligned, with even strides where it steps.
-inline bool pair_words_fit(const KernelEntry &kernel, const rope_params &params) {
-    if (!kernel.pair_words) {
+/// True when tensor `t` is absent (no k) or starts `alignment`-byte aligned with every stride it
+/// steps by (axes of more than one index) a multiple of `stride_multiple` elements.
+inline bool tensor_aligned(const rope_tensor &t, uintptr_t alignment, int64_t stride_multiple) {
+    if (t.data == nullptr) {
         return true;
     }
-    for (const rope_tensor *t : {&params.q_out, &params.k_out}) {
-        if (t->data == nullptr) {
-            continue;  // no k
-        }
-        if (reinterpret_cast<uintptr_t>(t->data) % 4 != 0) {
+    if (reinterpret_cast<uintptr_t>(t.data) % alignment != 0) {
+        return false;
+    }
+    for (int axis = 0; axis < 3; axis++) {
+        if (t.sizes[axis] > 1 && t.strides[axis] % stride_multiple != 0) {
             return false;
-        }
-        for (int axis = 0; axis < 3; axis++) {
-            if (t->sizes[axis] > 1 && t->strides[axis] % 2 != 0) {
-                return false;
-            }
         }
     }
     return true;
+}
+
+/// True when `kernel` may serve `params` as they lie in memory: one that stores pairs as 32-bit
+/// words (pair_words) needs q_out and k_out 4-byte aligned, with even strides where it steps.
+inline bool pair_words_fit(const KernelEntry &kernel, const rope_params &params) {
+    return !kernel.pair_words || (tensor_aligned(params.q_out, 4, 2) && tensor_aligned(params.k_out, 4, 2));
 }
 
 /// Validates `params` like rope_dispatch(), then runs `kernel` (which must match, else

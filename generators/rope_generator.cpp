@@ -75,6 +75,7 @@ public:
     GeneratorParam<int> cos_sin_vectors{"cos_sin_vectors", 1, 1, 8};
     GeneratorParam<StoreOrder> store_order{"store_order", StoreOrder::PairVectors, {{"pair_vectors", StoreOrder::PairVectors}, {"halves", StoreOrder::Halves}}};
     GeneratorParam<InterleavedRotation> interleaved_rotation{"interleaved_rotation", InterleavedRotation::Deinterleave, {{"deinterleave", InterleavedRotation::Deinterleave}, {"swap", InterleavedRotation::Swap}, {"words", InterleavedRotation::Words}}};
+    GeneratorParam<HalfRotation> half_rotation{"half_rotation", HalfRotation::Lanes, {{"lanes", HalfRotation::Lanes}, {"words", HalfRotation::Words}}};
     LayoutParams bshd{"bshd", HeadLoop::InsideTokens};
     LayoutParams bhsd{"bhsd", HeadLoop::OutsideTokens};
     LayoutParams sbhd{"sbhd", HeadLoop::InsideTokens};
@@ -86,8 +87,8 @@ public:
     void configure() {
         const Type element = dtype;
         _halide_user_assert(!pair_words() || (element.bits() == 16 && head_dim > 0 && !get_target().has_gpu_feature()))
-            << "interleaved_rotation=words is for CPU kernels of a 16-bit dtype and a fixed head_dim "
-               "(cmake/ropegen_kernels.py passes deinterleave for the others)";
+            << "interleaved_rotation=words and half_rotation=words are for CPU kernels of a 16-bit dtype and a "
+               "fixed head_dim (cmake/ropegen_kernels.py passes deinterleave and lanes for the others)";
         q_ = add_input<Buffer<>>("q", dtype, 4);
         k_ = add_input<Buffer<>>("k", dtype, 4);
         positions_ = add_input<Buffer<int32_t, 3>>("positions");
@@ -152,17 +153,20 @@ public:
         positions_->dim(0).set_stride(Expr());  // int64 tables (stride 2) and offsets (stride 0)
         // The pair axis spans exactly rotary_pairs: a constant in fixed head_dim kernels, so their
         // pair loops have constant trip counts.
+        // Pair words: an interleaved word holds one pair (no half axis), a half-style word one lane
+        // of two neighbouring pairs (P / 2 words a half).
         const int pair_dim = style == Style::Half ? 0 : 1, half_dim = 1 - pair_dim;
+        const Expr words_a_half = style == Style::Half && pair_words() ? rotary_pairs() / 2 : rotary_pairs();
         for (const TensorOutputs &out : outputs_) {
-            out.rotated->dim(pair_dim).set_bounds(0, rotary_pairs());
-            out.rotated->dim(half_dim).set_bounds(0, pair_words() ? 1 : 2);
+            out.rotated->dim(pair_dim).set_bounds(0, words_a_half);
+            out.rotated->dim(half_dim).set_bounds(0, style == Style::Interleaved && pair_words() ? 1 : 2);
             if (head_dim > 0) {
                 // Whole heads: nothing passes through, and no loop is emitted for it.
                 out.lead->dim(0).set_bounds(0, 0);
                 out.tail->dim(0).set_bounds(head_dim, 0);
             }
             // Pairs are two lanes apart (interleaved); a pair's lanes are P apart (half).
-            out.rotated->dim(1).set_stride(style == Style::Interleaved ? Expr(pair_words() ? 1 : 2) : rotary_pairs());
+            out.rotated->dim(1).set_stride(style == Style::Interleaved ? Expr(pair_words() ? 1 : 2) : words_a_half);
         }
     }
 
@@ -222,11 +226,14 @@ private:
         return head_dim > 0 ? Expr(0) : Expr(*rotary_offset_);
     }
 
-    // An interleaved kernel that stores each pair as one 32-bit word, its first lane low (the
-    // runtime describes its rotated outputs so, kernels.inc's pair_words): narrowing then ends in
-    // one two-source permute of 16-bit lanes, not in shuffles that interleave two vectors.
+    // A kernel that stores 16-bit lanes in 32-bit words (the runtime describes its rotated outputs
+    // so, kernels.inc's pair_words): the interleaved style a pair a word, its first lane low; the
+    // half style a lane of pairs 2i (low) and 2i + 1 a word. Narrowing then ends in one
+    // two-source permute of 16-bit lanes, not in shuffles that interleave two vectors (interleaved)
+    // or in one truncating store per 16 lanes (half).
     bool pair_words() const {
-        return style == Style::Interleaved && interleaved_rotation == InterleavedRotation::Words;
+        return style == Style::Interleaved ? interleaved_rotation == InterleavedRotation::Words
+                                           : half_rotation == HalfRotation::Words;
     }
 
     // Storage dtype <-> f32 (spec §4). Halide's CUDA code generator cannot convert bf16 (LLVM
@@ -385,9 +392,12 @@ private:
                 lane_cos_sin(cos_sin_(v.pair, v.seq, v.batch)[0], cos_sin_(v.pair, v.seq, v.batch)[1], v.half == 0);
             const FuncRef lane_cs_at = lane_cs(v.half, v.pair, v.seq, v.batch);
             (*out.rotated)(v.half, v.pair, v.head, v.seq, v.batch) = narrow(rotate_lane(x_self, x_partner, lane_cs_at[0], lane_cs_at[1]));
-            return {*out.rotated, Func(), lane_cs, *out.lead, *out.tail, *out.rotated};
+            return {*out.rotated, Func(), lane_cs, *out.lead, *out.tail, *out.rotated, std::nullopt};
         }
 
+        if (style == Style::Half && pair_words()) {
+            return rotate_half_words(name, x, out);
+        }
         // spec §2: the pair's two lanes, relative to the rotary offset.
         const Expr lane_a = style == Style::Half ? offset + v.pair : offset + 2 * v.pair;
         const Expr lane_b = style == Style::Half ? offset + v.pair + pairs : offset + 2 * v.pair + 1;
@@ -406,7 +416,7 @@ private:
                 return cast<uint32_t>(reinterpret<uint16_t>(narrow(rotated_pairs(v.pair, v.head, v.seq, v.batch)[half])));
             };
             (*out.rotated)(v.half, v.pair, v.head, v.seq, v.batch) = bits(0) | (bits(1) << 16);
-            return {*out.rotated, rotated_pairs, cs, *out.lead, *out.tail, *out.rotated};
+            return {*out.rotated, rotated_pairs, cs, *out.lead, *out.tail, *out.rotated, std::nullopt};
         }
         const Expr value = select(v.half == 0, rotated_pairs(v.pair, v.head, v.seq, v.batch)[0],
                                   rotated_pairs(v.pair, v.head, v.seq, v.batch)[1]);
@@ -415,7 +425,30 @@ private:
                                                   : std::vector<Var>{v.half, v.pair, v.head, v.seq, v.batch};
         (*out.rotated)(rotated_args) = narrow(value);
 
-        return {*out.rotated, rotated_pairs, cs, *out.lead, *out.tail, *out.rotated};
+        return {*out.rotated, rotated_pairs, cs, *out.lead, *out.tail, *out.rotated, std::nullopt};
+    }
+
+    // The half style stored as words (half_rotation words): word i of a half holds that half's
+    // lanes of pairs 2i (low) and 2i + 1. Pairs are rotated by parity, each from one load of
+    // neighbouring 16-bit lanes (x86: a shift or a mask of 32-bit words), with cos/sin read
+    // through a table in the same (word, parity) order, which the schedule builds once per token.
+    RotatedTensorFuncs rotate_half_words(const std::string &name, const GeneratorInput<Buffer<>> &x, const TensorOutputs &out) {
+        const RopeVars v;
+        const Var parity("parity");
+        const Expr pair = 2 * v.pair + parity, offset = rotary_offset();
+        Func cs(name + "_word_cos_sin");
+        cs(v.pair, parity, v.seq, v.batch) = cos_sin_(pair, v.seq, v.batch);
+        Func rotated_pairs(name + "_rotated_pairs");
+        rotated_pairs(v.pair, parity, v.head, v.seq, v.batch) =
+            rotate_pair(widen(x(offset + pair, v.head, v.seq, v.batch)), widen(x(offset + pair + rotary_pairs(), v.head, v.seq, v.batch)),
+                        cs(v.pair, parity, v.seq, v.batch)[0], cs(v.pair, parity, v.seq, v.batch)[1]);
+        // spec §4: a 16-bit output is the f32 result rounded to nearest even, once.
+        auto bits = [&](int of_pair) {
+            const FuncRef rotated = rotated_pairs(v.pair, of_pair, v.head, v.seq, v.batch);
+            return cast<uint32_t>(reinterpret<uint16_t>(narrow(select(v.half == 0, rotated[0], rotated[1]))));
+        };
+        (*out.rotated)(v.pair, v.half, v.head, v.seq, v.batch) = bits(0) | (bits(1) << 16);
+        return {*out.rotated, rotated_pairs, cs, *out.lead, *out.tail, *out.rotated, parity};
     }
 
     GeneratorInput<Buffer<>> *q_ = nullptr, *k_ = nullptr;

@@ -99,7 +99,16 @@ void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, con
             .split(v.pair, pair_vector, pair_lane, lanes, kTail)
             .vectorize(pair_lane)
             .unroll(pair_vector);
-        if (schedule.cos_sin_at == CosSinAt::Task) {
+        if (funcs.word_parity) {
+            // Both pairs of a word are rotated before either is stored. cos/sin, read in (word,
+            // parity) order, are a table built per token (or per task) and read by every head:
+            // inline, each head would deinterleave them again.
+            const Var parity = *funcs.word_parity;
+            funcs.rotated_pairs.bound_storage(parity, 2).unroll(parity);
+            funcs.cos_sin.compute_at(out, schedule.cos_sin_at == CosSinAt::Task ? task : Var(kTokenLoop))
+                .vectorize(v.pair, lanes, kTail)
+                .unroll(parity);
+        } else if (schedule.cos_sin_at == CosSinAt::Task) {
             funcs.cos_sin.compute_at(out, task).vectorize(v.pair, lanes, kTail);
         }
     }

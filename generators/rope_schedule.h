@@ -3,6 +3,8 @@
 // generator's schedule GeneratorParams, whose values come from schedules/*.json at build time.
 #pragma once
 
+#include <optional>
+
 #include "Halide.h"
 
 namespace ropegen {
@@ -37,6 +39,11 @@ enum class StoreOrder { PairVectors, Halves };
 /// of a fixed head_dim).
 enum class InterleavedRotation { Deinterleave, Swap, Words };
 
+/// How the half style stores its 16-bit lanes: each narrowed on its own (a truncating store per
+/// 16 lanes on x86), or, for CPU kernels of a 16-bit dtype and a fixed head_dim, the lanes of two
+/// neighbouring pairs as one 32-bit word (one two-source permute per 32 lanes).
+enum class HalfRotation { Lanes, Words };
+
 /// Where a tensor layout's loop nest puts the head loop relative to the inner token loop.
 enum class HeadLoop { InsideTokens, OutsideTokens };
 
@@ -58,13 +65,16 @@ struct RopeSchedule {
 
 /// The Funcs of one rotated tensor that the schedule places.
 struct RotatedTensorFuncs {
-    Halide::Func rotated;            ///< output: the rotary lanes as (pair, half, h, s, b) or (half, pair, ...)
+    Halide::Func rotated;            ///< output: the rotary lanes as (pair, half, h, s, b) or (half, pair, ...);
+                                     ///< for pair words, the 32-bit words as (word, half, ...) or (word, pair, ...)
     Halide::Func rotated_pairs;      ///< both rotated lanes of a pair, before they are stored; undefined
                                      ///< when the interleaved style rotates lane by lane (Swap)
     Halide::Func cos_sin;            ///< per (pair, token) cos and sin, as this tensor reads them; per
                                      ///< (half, pair, token) when lane by lane
     Halide::Func lead, tail;         ///< outputs: lanes before and after the rotary slice, copied
     Halide::OutputImageParam output; ///< the rotated output's buffer, whose strides pick the layout
+    std::optional<Halide::Var> word_parity;  ///< half style stored as words: rotated_pairs and cos_sin are
+                                             ///< per (word, parity, ...), parity 0 the word's low pair
 };
 
 /// Knobs of the CUDA schedule: one thread block per (tile of a sequence's tokens, batch item), a

@@ -14,11 +14,12 @@ JIT: a JIT pipeline would not be the kernel the library links, called the way it
 
 Search, per key (staged, so a budget of minutes finds what the full sweep finds):
   1. core knobs (vector_pairs, unroll_pairs, cos_sin_at, cos_sin_vectors, store_order,
-     interleaved_rotation) with the default layout knobs, pruned by a cost model (vectors of half to
+     interleaved_rotation, half_rotation) with the default layout knobs, pruned by a cost model (vectors of half to
      twice the ISA's width, no block or root cos/sin vector wider than a head, cos_sin_vectors for
      root tables of fixed head_dim kernels only, no `inline` for computed sources, where it means `task`, one store
      order for the interleaved style, whose stores do not depend on it, one interleaved rotation
-     for the half style and the any-head_dim kernel, which do not read it), then successive halving: every
+     for the half style and the any-head_dim kernel, which do not read it, and one half rotation for
+     the other kernels but the half style's 16-bit fixed head_dim ones), then successive halving: every
      candidate a few repetitions, the best third again with more;
   2. the layout knobs (tokens_per_task, head_loop) with the best core, every layout group at
      once (each candidate sets all four groups alike, each group is judged on its own shapes);
@@ -69,13 +70,15 @@ CORE_SPACE = {
     "cos_sin_vectors": (1, 2, 4),
     "store_order": rk.STORE_ORDERS,
     "interleaved_rotation": rk.INTERLEAVED_ROTATIONS,
+    "half_rotation": rk.HALF_ROTATIONS,
 }
 LAYOUT_SPACE = {
     "tokens_per_task": (1, 2, 4, 8, 16, 32, 64),
     "head_loop": rk.HEAD_LOOPS,
 }
 # The knobs a timing can judge, and those llvm-mca's model of the hot loop can.
-MEASURED_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "cos_sin_vectors", "store_order", "interleaved_rotation", "layouts")
+MEASURED_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "cos_sin_vectors", "store_order", "interleaved_rotation",
+                  "half_rotation", "layouts")
 MODELLED_KNOBS = ("vector_pairs", "unroll_pairs", "store_order")
 # f32 lanes of one vector register of each ISA: the unit the cost model prunes vector_pairs by.
 VECTOR_F32_LANES = {"avx512": 16, "avx2": 8, "sse41": 4, "neon_fp16": 4, "neon": 4}
@@ -154,8 +157,9 @@ def core_candidates(key, isa, default, judges=MEASURED_KNOBS):
         core = dict(zip(CORE_SPACE, values))
         if not lanes // 2 <= core["vector_pairs"] <= 2 * lanes:
             continue  # narrower: half-empty registers; wider: more registers than work per block
-        if core["vector_pairs"] * core["unroll_pairs"] > head_pairs:
-            continue  # a block wider than a head's pairs is all tail
+        half_words = key["style"] == "half" and rk.stores_pair_words(key, core)
+        if core["vector_pairs"] * core["unroll_pairs"] > (head_pairs // 2 if half_words else head_pairs):
+            continue  # a block wider than a head's pairs (half-style words: a half's words) is all tail
         if core["cos_sin_at"] == "inline" and key["source"] != "cache":
             continue  # computed sources build a table anyway: `inline` means `task` for them
         if core["cos_sin_vectors"] != default["cos_sin_vectors"] and (core["cos_sin_at"] != "root" or not key["head_dim"]):
@@ -168,6 +172,9 @@ def core_candidates(key, isa, default, judges=MEASURED_KNOBS):
             continue  # read by fixed head_dim kernels of the interleaved style only
         if core["interleaved_rotation"] == "words" and not rk.stores_pair_words(key, core):
             continue  # words of two 16-bit lanes: for f32 it means deinterleave
+        if core["half_rotation"] != default["half_rotation"] and (
+                key["style"] != "half" or not rk.stores_pair_words(key, {**core, "half_rotation": "words"})):
+            continue  # read by fixed head_dim 16-bit kernels of the half style only
         if rk.rule_violations(key, core):
             continue  # a placement the library does not allow for this key
         if any(knob not in judges and value != default[knob] for knob, value in core.items()):

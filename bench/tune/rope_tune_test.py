@@ -32,7 +32,8 @@ class Landscape:
     root_tile, a root cos/sin table tiled by that strided.tokens_per_task also speeds up the
     other layouts' shapes (the generator tiles the table by it)."""
 
-    BEST_CORE = {"vector_pairs": 32, "unroll_pairs": 2, "cos_sin_at": "inline", "store_order": "pair_vectors"}
+    BEST_CORE = {"vector_pairs": 8, "unroll_pairs": 4, "cos_sin_at": "inline", "store_order": "pair_vectors",
+                 "half_rotation": "words"}
     BEST_LAYOUT = {"bshd": (4, "inside_tokens"), "bhsd": (32, "outside_tokens"), "sbhd": (2, "inside_tokens"),
                    "strided": (1, "outside_tokens")}
 
@@ -155,7 +156,7 @@ class SearchTest(unittest.TestCase):
         self.assertNotIn("layout knobs", [stage for _, _, stage in landscape.calls])
         self.assertEqual(tuned["cos_sin_at"], default["cos_sin_at"])
         self.assertEqual(tuned["layouts"], default["layouts"])
-        self.assertEqual((tuned["vector_pairs"], tuned["unroll_pairs"], tuned["store_order"]), (32, 2, "pair_vectors"))
+        self.assertEqual((tuned["vector_pairs"], tuned["unroll_pairs"], tuned["store_order"]), (8, 4, "pair_vectors"))
 
     def test_cost_model_pruning(self):
         default = default_params()
@@ -178,7 +179,17 @@ class SearchTest(unittest.TestCase):
         self.assertEqual({c["interleaved_rotation"] for c in cores}, {default["interleaved_rotation"]})
         any_head_dim = rt.core_candidates({**KEY, "style": "interleaved", "head_dim": 0}, ISA, default)
         self.assertEqual({c["interleaved_rotation"] for c in any_head_dim}, {default["interleaved_rotation"]})
-        self.assertEqual(len(interleaved) // len(rk.INTERLEAVED_ROTATIONS), len(cores) // len(rk.STORE_ORDERS))
+        lanes = [c for c in cores if c["half_rotation"] == "lanes"]
+        self.assertEqual(len(interleaved) // len(rk.INTERLEAVED_ROTATIONS), len(lanes) // len(rk.STORE_ORDERS))
+        # Half rotation: both for a fixed head_dim of the half style with 16-bit lanes (words: blocks
+        # of at most a half's 32 words), else the default.
+        self.assertEqual({c["half_rotation"] for c in cores}, set(rk.HALF_ROTATIONS))
+        self.assertTrue(all(c["vector_pairs"] * c["unroll_pairs"] <= 32 for c in cores if c["half_rotation"] == "words"))
+        self.assertEqual({c["half_rotation"] for c in interleaved}, {default["half_rotation"]})
+        half_f32 = rt.core_candidates({**KEY, "dtype": "f32"}, ISA, default)
+        self.assertEqual({c["half_rotation"] for c in half_f32}, {default["half_rotation"]})
+        half_any = rt.core_candidates({**KEY, "head_dim": 0}, ISA, default)
+        self.assertEqual({c["half_rotation"] for c in half_any}, {default["half_rotation"]})
         small = rt.core_candidates({**KEY, "head_dim": 64}, "sse41", default)
         self.assertTrue(all(2 <= c["vector_pairs"] <= 8 and c["vector_pairs"] * c["unroll_pairs"] <= 32 for c in small))
 
@@ -236,7 +247,7 @@ class FileTest(unittest.TestCase):
             self.assertEqual([e[1] for e in entries], [KEY, other])  # key order: bf16 before f32
             defaults = rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY)
             self.assertEqual(rt.canonical(rk.resolve(defaults, KEY, entries)), tuned)
-            self.assertEqual(rt.canonical(rk.resolve(defaults, other, entries)), default)
+            self.assertEqual(rt.canonical(rk.resolve(defaults, other, entries)), default_params(other))
             # A later run keeps the keys it does not tune.
             kept, commands = rt.existing_results(path, FAMILY, "21.0.0", "0.1.0", print)
             self.assertEqual(set(kept), set(results))

@@ -77,7 +77,8 @@ struct TensorViews {
 };
 
 // Describes tensor `in`/`out` for one slice: [lane, head, seq, batch] with the slice's axes;
-// the rotated lanes as 32-bit words of a pair for a kernel that stores them so (`pair_words`).
+// the rotated lanes as 32-bit words for a kernel that stores them so (`pair_words`: a pair a word
+// for the interleaved style, a lane of two neighbouring pairs a word for the half style).
 TensorViews make_views(const ValidCall &call, const rope_tensor &in, const rope_tensor &out, const Slice &slice,
                        bool present, bool pair_words) {
     const halide_type_t type = halide_type(in.dtype);
@@ -113,7 +114,10 @@ TensorViews make_views(const ValidCall &call, const rope_tensor &in, const rope_
                   Buffer(out_base, type, 4), Buffer(out_base + tail_min * element, type, 4)};
     v.input.set(0, 0, call.head_dim, 1);
     outer_dims(v.input, in, 1);
-    if (call.params.style == ROPE_STYLE_HALF) {
+    if (call.params.style == ROPE_STYLE_HALF && pair_words) {
+        v.rotated.set(0, 0, pairs / 2, 1);  // (word, half): lanes 2i (the low half) and 2i + 1, then P on
+        v.rotated.set(1, 0, 2, pairs / 2);
+    } else if (call.params.style == ROPE_STYLE_HALF) {
         v.rotated.set(0, 0, pairs, 1);  // (pair, half): lanes i and i + P
         v.rotated.set(1, 0, 2, pairs);
     } else if (pair_words) {
@@ -227,7 +231,9 @@ rope_status begin(const rope_params *params, rope_report *report, ValidCall *cal
 // The scratch the generated kernels allocate (generators/rope_generator.cpp): with a computed
 // source, the largest position of each sequence and inv_freq (P floats or doubles a row: one row, or one
 // per batch item for a per-sequence scaling) and, as the schedules place it (cos_sin_at=root),
-// one f32 cos and one f32 sin table of every token of a run. Reserved before the kernel runs, an
+// one f32 cos and one f32 sin table of every token of a run (and one float more: a half-style
+// kernel of pair words reads the table two pairs at a time, and Halide's strided vector loads
+// read, so allocate, one element past its end). Reserved before the kernel runs, an
 // allocation failure is an error before any output is written; fault_injection_test checks that
 // no built kernel allocates beyond it. A kernel that does is still safe where it allocates outside
 // its parallel loops (see halide_glue.cpp).
@@ -239,11 +245,11 @@ size_t kernel_scratch_bytes(const ValidCall &call, int64_t batch, int64_t seq) {
     const size_t rows = per_sequence_scaling(call.params) ? static_cast<size_t>(batch) : 1;
     size_t table = 0;
     if (__builtin_mul_overflow(pairs * sizeof(float), static_cast<size_t>(batch * seq), &table) ||
-        table > std::numeric_limits<size_t>::max() / 4) {
+        table > std::numeric_limits<size_t>::max() / 4 - sizeof(float)) {
         return std::numeric_limits<size_t>::max();  // no allocator can serve it: reported as out of memory
     }
     return scratch_slot_bytes(rows * sizeof(int32_t)) + scratch_slot_bytes(rows * pairs * sizeof(double)) +
-           2 * scratch_slot_bytes(table);
+           2 * scratch_slot_bytes(table + sizeof(float));
 }
 
 // The message a Halide runtime error left in the report (see report_halide_error), or "".

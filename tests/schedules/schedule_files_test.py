@@ -32,7 +32,7 @@ TARGET = "x86-64-avx512"
 RETUNE = f"retune with `python3 bench/tune/rope_tune.py --target {TARGET}` or configure with -DROPEGEN_TUNED_MACHINE=none"
 KEY = {"style": "half", "head_dim": 128, "dtype": "f32", "source": "cache"}
 CPU_PARAMS = {"vector_pairs": 8, "unroll_pairs": 4, "cos_sin_at": "inline", "cos_sin_vectors": 1, "store_order": "pair_vectors",
-              "interleaved_rotation": "swap",
+              "interleaved_rotation": "swap", "half_rotation": "lanes",
               "layouts": {layout: {"tokens_per_task": 32, "head_loop": "outside_tokens"} for layout in rk.LAYOUTS}}
 GPU_PARAMS = {"vector_pairs": 2, "gpu": {"threads_per_block": 128, "pair_threads": 64, "tokens_per_block": 4}}
 
@@ -139,6 +139,9 @@ class TunedFileTest(unittest.TestCase):
         doc["kernels"][0]["params"]["interleaved_rotation"] = "shuffle"
         self.assert_rejected(self.write(doc), "kernels[0].params.interleaved_rotation: \"shuffle\" must be one of "
                                               "['deinterleave', 'swap', 'words']")
+        doc = tuned_doc()
+        doc["kernels"][0]["params"]["half_rotation"] = "pairs"
+        self.assert_rejected(self.write(doc), "kernels[0].params.half_rotation: \"pairs\" must be one of ['lanes', 'words']")
         doc = tuned_doc("cuda-sm86", GPU_PARAMS)
         doc["kernels"][0]["params"]["gpu"]["threads_per_block"] = 96
         path = self.write(doc, directory="cuda-sm86")
@@ -323,7 +326,7 @@ class CommandLineTest(unittest.TestCase):
         result, script = self.run_script(MACHINE)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("vector_pairs=8 unroll_pairs=4 cos_sin_at=inline cos_sin_vectors=1 store_order=pair_vectors "
-                      "interleaved_rotation=swap "
+                      "interleaved_rotation=swap half_rotation=lanes "
                       "bhsd_tokens_per_task=32 bhsd_head_loop=outside_tokens",
                       self.params_line(script))
         self.assertIn(f'message(STATUS "ropegen: {TARGET}: tuned schedule {path} (measured, 2026-11-21)")', script)
@@ -434,7 +437,8 @@ class DefaultFilesTest(unittest.TestCase):
         files = sorted((REPO / "schedules").glob("*.json"))
         families = {family for _, family, *_ in rk.ISAS.values()} | {family for family, *_ in rk.CUDA_LEVELS.values()}
         self.assertEqual({path.stem for path in files}, families)
-        cpu_knobs = {"vector_pairs", "unroll_pairs", "cos_sin_at", "cos_sin_vectors", "store_order", "interleaved_rotation"} | {
+        cpu_knobs = {"vector_pairs", "unroll_pairs", "cos_sin_at", "cos_sin_vectors", "store_order", "interleaved_rotation",
+                     "half_rotation"} | {
             f"{layout}_{knob}" for layout in rk.LAYOUTS for knob in ("tokens_per_task", "head_loop")}
         gpu_knobs = {"vector_pairs"} | {f"gpu_{knob}" for knob in rk.GPU_GROUP_KNOBS}
         for path in files:

@@ -26,11 +26,12 @@ inline std::vector<ScheduleVariant> schedule_variants() {
                 KernelEntry kernel = *base;
                 kernel.name = name;
                 kernel.function = function;
-                // Its output layout: a variant that names its interleaved rotation stores pair
-                // words only with words (the generator ignores the knob for the half style).
+                // Its output layout: a variant that names its style's rotation stores pair words
+                // only with words (the generator reads one knob per style).
                 const std::string named = knobs;
-                if (base->style == ROPE_STYLE_INTERLEAVED && named.find("interleaved_rotation=") != std::string::npos) {
-                    kernel.pair_words = named.find("interleaved_rotation=words") != std::string::npos;
+                const std::string knob = base->style == ROPE_STYLE_INTERLEAVED ? "interleaved_rotation=" : "half_rotation=";
+                if (named.find(knob) != std::string::npos) {
+                    kernel.pair_words = named.find(knob + "words") != std::string::npos;
                 }
                 variants.push_back({kernel, base, knobs});
                 return;

@@ -41,8 +41,9 @@ struct KernelEntry {
     KernelFunction function;
     int cuda_capability = 0;  ///< CUDA kernels: the compute capability its PTX targets (80, 86); 0 for CPU kernels
     int vector_elements = 0;  ///< CUDA kernels: > 0 when it needs 16-byte aligned data and strides in multiples of it
-    /// CPU kernels of the interleaved style: it stores each rotated pair as one 32-bit word, so
-    /// q_out and k_out must be 4-byte aligned with even strides (interleaved_rotation words).
+    /// CPU kernels of 16-bit lanes: it stores them as 32-bit words (a pair, or one lane of two
+    /// neighbouring pairs, a word), so q_out and k_out must be 4-byte aligned with even strides
+    /// (interleaved_rotation or half_rotation words).
     bool pair_words = false;
 };
 
@@ -109,8 +110,8 @@ inline bool tensor_aligned(const rope_tensor &t, uintptr_t alignment, int64_t st
     return true;
 }
 
-/// True when `kernel` may serve `params` as they lie in memory: one that stores pairs as 32-bit
-/// words (pair_words) needs q_out and k_out 4-byte aligned, with even strides where it steps.
+/// True when `kernel` may serve `params` as they lie in memory: one that stores 32-bit words
+/// (pair_words) needs q_out and k_out 4-byte aligned, with even strides where it steps.
 inline bool pair_words_fit(const KernelEntry &kernel, const rope_params &params) {
     return !kernel.pair_words || (tensor_aligned(params.q_out, 4, 2) && tensor_aligned(params.k_out, 4, 2));
 }

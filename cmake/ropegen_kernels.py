@@ -366,12 +366,10 @@ def resolve(entries, key, tuned=()):
     for (group, knob), message in rule_violations(key, resolved).items():
         setter = next(where for where, params in reversed(layers) if knob in (params.get(group, {}) if group else params))
         raise ScheduleError(f"{setter}.params, for kernel {key}: {message}")
-    # What words means where there are no 16-bit lanes to pair or no fixed head_dim.
-    if not stores_pair_words(key, {**resolved, "interleaved_rotation": "words", "half_rotation": "words"}):
-        if resolved.get("interleaved_rotation") == "words":
-            resolved["interleaved_rotation"] = "deinterleave"
-        if resolved.get("half_rotation") == "words":
-            resolved["half_rotation"] = "lanes"
+    # What words means for the other style's knob, f32 and the any-head_dim kernel.
+    for knob, style, plain in (("interleaved_rotation", "interleaved", "deinterleave"), ("half_rotation", "half", "lanes")):
+        if resolved.get(knob) == "words" and (key["style"] != style or not stores_pair_words(key, resolved)):
+            resolved[knob] = plain
     return resolved
 
 

@@ -89,6 +89,8 @@ public:
         _halide_user_assert(!pair_words() || (element.bits() == 16 && head_dim > 0 && !get_target().has_gpu_feature()))
             << "interleaved_rotation=words and half_rotation=words are for CPU kernels of a 16-bit dtype and a "
                "fixed head_dim (cmake/ropegen_kernels.py passes deinterleave and lanes for the others)";
+        _halide_user_assert(!pair_words() || style == Style::Interleaved || head_dim % 4 == 0)
+            << "half_rotation=words pairs neighbouring pairs: head_dim " << int(head_dim) << " has an odd pair count";
         q_ = add_input<Buffer<>>("q", dtype, 4);
         k_ = add_input<Buffer<>>("k", dtype, 4);
         positions_ = add_input<Buffer<int32_t, 3>>("positions");
@@ -165,7 +167,7 @@ public:
                 out.lead->dim(0).set_bounds(0, 0);
                 out.tail->dim(0).set_bounds(head_dim, 0);
             }
-            // Pairs are two lanes apart (interleaved); a pair's lanes are P apart (half).
+            // Pairs are two lanes apart (interleaved); a pair's lanes are P apart (half: P / 2 words).
             out.rotated->dim(1).set_stride(style == Style::Interleaved ? Expr(pair_words() ? 1 : 2) : words_a_half);
         }
     }

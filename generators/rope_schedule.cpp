@@ -69,22 +69,25 @@ void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, con
     const int lanes = schedule.vector_pairs;
     const int block = lanes * schedule.unroll_pairs;
 
-    // Pairs: a block of `block` pairs is rotated into registers (rotated_pairs) before either of
-    // its lanes is stored, which keeps in-place calls correct; half is unrolled so each store is
+    // Pairs: a block of `block` pairs (half-style words: `block` words, twice the pairs) is
+    // rotated into registers (rotated_pairs) before either of its lanes is stored, which keeps in-place calls correct; half is unrolled so each store is
     // a dense vector (half style) or an interleaving store (interleaved style).
     Halide::Func &out = funcs.rotated;
     out.split(v.pair, pair_block, v.pair, block, kTail)
         .split(v.pair, pair_vector, pair_lane, lanes, kTail);
+    // A table of cos/sin in the order a tensor reads them, built once per token (or per task,
+    // cos_sin_at=task) and read by every head of it: of a fixed size, which Halide keeps on the
+    // stack.
+    auto cos_sin_per_token = [&]() -> Halide::Func & {
+        return funcs.cos_sin.compute_at(out, schedule.cos_sin_at == CosSinAt::Task ? task : Var(kTokenLoop))
+            .vectorize(v.pair, lanes, kTail);
+    };
     const bool lane_by_lane = !funcs.rotated_pairs.defined();  // InterleavedRotation::Swap
     if (lane_by_lane) {
         // A vector holds both lanes of its pairs, so it is loaded whole before it is stored.
         out.reorder(v.half, pair_lane, pair_vector, pair_block).vectorize(v.half).vectorize(pair_lane).unroll(pair_vector);
-        // cos/sin repeated per lane, built once per token (or per task, cos_sin_at=task) and read
-        // by every head of it: a table of a fixed size (2P lanes per token it covers), which
-        // Halide keeps on the stack.
-        funcs.cos_sin.compute_at(out, schedule.cos_sin_at == CosSinAt::Task ? task : Var(kTokenLoop))
-            .vectorize(v.pair, lanes, kTail)
-            .vectorize(v.half);
+        // cos/sin repeated per lane (2P lanes per token).
+        cos_sin_per_token().vectorize(v.half);
     } else {
         if (schedule.store_order == StoreOrder::Halves && !stores_interleaved(out)) {
             out.reorder(pair_lane, pair_vector, v.half, pair_block);
@@ -100,14 +103,10 @@ void apply_schedule(RotatedTensorFuncs &funcs, const RopeSchedule &schedule, con
             .vectorize(pair_lane)
             .unroll(pair_vector);
         if (funcs.word_parity) {
-            // Both pairs of a word are rotated before either is stored. cos/sin, read in (word,
-            // parity) order, are a table built per token (or per task) and read by every head:
-            // inline, each head would deinterleave them again.
-            const Var parity = *funcs.word_parity;
-            funcs.rotated_pairs.bound_storage(parity, 2).unroll(parity);
-            funcs.cos_sin.compute_at(out, schedule.cos_sin_at == CosSinAt::Task ? task : Var(kTokenLoop))
-                .vectorize(v.pair, lanes, kTail)
-                .unroll(parity);
+            // Both pairs of a word are rotated before either is stored; cos/sin in (word, parity)
+            // order, as a table (inline, each head would deinterleave them again).
+            funcs.rotated_pairs.bound_storage(*funcs.word_parity, 2).unroll(*funcs.word_parity);
+            cos_sin_per_token().unroll(*funcs.word_parity);
         } else if (schedule.cos_sin_at == CosSinAt::Task) {
             funcs.cos_sin.compute_at(out, task).vectorize(v.pair, lanes, kTail);
         }

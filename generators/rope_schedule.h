@@ -70,7 +70,8 @@ struct RotatedTensorFuncs {
     Halide::Func rotated_pairs;      ///< both rotated lanes of a pair, before they are stored; undefined
                                      ///< when the interleaved style rotates lane by lane (Swap)
     Halide::Func cos_sin;            ///< per (pair, token) cos and sin, as this tensor reads them; per
-                                     ///< (half, pair, token) when lane by lane
+                                     ///< (half, pair, token) when lane by lane, per (word, parity, token)
+                                     ///< for half-style words
     Halide::Func lead, tail;         ///< outputs: lanes before and after the rotary slice, copied
     Halide::OutputImageParam output; ///< the rotated output's buffer, whose strides pick the layout
     std::optional<Halide::Var> word_parity;  ///< half style stored as words: rotated_pairs and cos_sin are

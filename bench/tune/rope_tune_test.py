@@ -185,11 +185,9 @@ class SearchTest(unittest.TestCase):
         # of at most a half's 32 words), else the default.
         self.assertEqual({c["half_rotation"] for c in cores}, set(rk.HALF_ROTATIONS))
         self.assertTrue(all(c["vector_pairs"] * c["unroll_pairs"] <= 32 for c in cores if c["half_rotation"] == "words"))
-        self.assertEqual({c["half_rotation"] for c in interleaved}, {default["half_rotation"]})
-        half_f32 = rt.core_candidates({**KEY, "dtype": "f32"}, ISA, default)
-        self.assertEqual({c["half_rotation"] for c in half_f32}, {default["half_rotation"]})
-        half_any = rt.core_candidates({**KEY, "head_dim": 0}, ISA, default)
-        self.assertEqual({c["half_rotation"] for c in half_any}, {default["half_rotation"]})
+        for other in ({**KEY, "style": "interleaved"}, {**KEY, "dtype": "f32"}, {**KEY, "head_dim": 0}):
+            candidates = rt.core_candidates(other, ISA, default_params(other))
+            self.assertEqual({c["half_rotation"] for c in candidates}, {"lanes"}, other)
         small = rt.core_candidates({**KEY, "head_dim": 64}, "sse41", default)
         self.assertTrue(all(2 <= c["vector_pairs"] <= 8 and c["vector_pairs"] * c["unroll_pairs"] <= 32 for c in small))
 

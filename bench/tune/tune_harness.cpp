@@ -8,7 +8,7 @@
 //                     --candidates list.txt [--reps 7] [--min-rep-ms 2]
 //
 // list.txt has one candidate per line: "<id> <shared object> <function name> <pair words: 0|1>"
-// (1: it stores each pair as a 32-bit word, KernelEntry::pair_words). Output, one JSON
+// (1: it stores its 16-bit lanes as 32-bit words, KernelEntry::pair_words). Output, one JSON
 // object per line: {"candidate": id, "verified": true|false, "failure": "..."} for every
 // candidate, then {"candidate": id, "shape": ..., "layout": ..., "bytes": ..., "ns": [...]} per
 // candidate and timed shape, with "memcpy" as the id of a copy of the same bytes.

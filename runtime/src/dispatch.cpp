@@ -231,9 +231,9 @@ rope_status begin(const rope_params *params, rope_report *report, ValidCall *cal
 // The scratch the generated kernels allocate (generators/rope_generator.cpp): with a computed
 // source, the largest position of each sequence and inv_freq (P floats or doubles a row: one row, or one
 // per batch item for a per-sequence scaling) and, as the schedules place it (cos_sin_at=root),
-// one f32 cos and one f32 sin table of every token of a run (and one float more: a half-style
-// kernel of pair words reads the table two pairs at a time, and Halide's strided vector loads
-// read, so allocate, one element past its end). Reserved before the kernel runs, an
+// one f32 cos and one f32 sin table of every token of a run (and one float more, for every
+// kernel: a half-style kernel of pair words reads the table two pairs at a time, and Halide's
+// strided vector loads read, so allocate, one element past its end). Reserved before the kernel runs, an
 // allocation failure is an error before any output is written; fault_injection_test checks that
 // no built kernel allocates beyond it. A kernel that does is still safe where it allocates outside
 // its parallel loops (see halide_glue.cpp).
@@ -757,7 +757,7 @@ rope_status run_one_kernel(const KernelEntry &kernel, const rope_params *params,
     }
     if (!cuda_kernel && !pair_words_fit(kernel, call.params)) {
         return finish(report, ROPE_ERR_UNSUPPORTED, std::string("kernel ") + kernel.name +
-                                                        " stores each pair as a 32-bit word: it needs q_out and k_out "
+                                                        " stores its 16-bit lanes as 32-bit words: it needs q_out and k_out "
                                                         "4-byte aligned with even strides");
     }
     if (!cuda_kernel && kernel.isa > detected_isa()) {

@@ -27,7 +27,7 @@ protected:
         return c;
     }
 
-    /// A kernel that stores pairs as 32-bit words refuses outputs at odd strides or 2-byte
+    /// A kernel that stores its lanes as 32-bit words refuses outputs at odd strides or 2-byte
     /// alignment: there the call must be refused untouched, and the dispatcher's choice (another
     /// kernel) must serve it.
     void expect_ok(const CaseSpec &spec) const {

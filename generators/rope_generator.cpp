@@ -238,6 +238,13 @@ private:
                                            : half_rotation == HalfRotation::Words;
     }
 
+    // Two f32 results narrowed to the 16-bit dtype (spec §4: rounded once) and packed as one
+    // 32-bit word, `low` in its low half (pair_words).
+    Expr word_of(const Expr &low, const Expr &high) const {
+        auto bits = [&](const Expr &value) { return cast<uint32_t>(reinterpret<uint16_t>(narrow(value))); };
+        return bits(low) | (bits(high) << 16);
+    }
+
     // Storage dtype <-> f32 (spec §4). Halide's CUDA code generator cannot convert bf16 (LLVM
     // rejects the cast), so CUDA kernels convert it through its bits.
     bool bf16_through_bits() const {
@@ -414,10 +421,8 @@ private:
 
         // spec §4: a 16-bit output is the f32 result rounded to nearest even, once.
         if (pair_words()) {
-            auto bits = [&](int half) {
-                return cast<uint32_t>(reinterpret<uint16_t>(narrow(rotated_pairs(v.pair, v.head, v.seq, v.batch)[half])));
-            };
-            (*out.rotated)(v.half, v.pair, v.head, v.seq, v.batch) = bits(0) | (bits(1) << 16);
+            const FuncRef rotated = rotated_pairs(v.pair, v.head, v.seq, v.batch);
+            (*out.rotated)(v.half, v.pair, v.head, v.seq, v.batch) = word_of(rotated[0], rotated[1]);
             return {*out.rotated, rotated_pairs, cs, *out.lead, *out.tail, *out.rotated, std::nullopt};
         }
         const Expr value = select(v.half == 0, rotated_pairs(v.pair, v.head, v.seq, v.batch)[0],
@@ -444,12 +449,11 @@ private:
         rotated_pairs(v.pair, parity, v.head, v.seq, v.batch) =
             rotate_pair(widen(x(offset + pair, v.head, v.seq, v.batch)), widen(x(offset + pair + rotary_pairs(), v.head, v.seq, v.batch)),
                         cs(v.pair, parity, v.seq, v.batch)[0], cs(v.pair, parity, v.seq, v.batch)[1]);
-        // spec §4: a 16-bit output is the f32 result rounded to nearest even, once.
-        auto bits = [&](int of_pair) {
+        auto lane = [&](int of_pair) {
             const FuncRef rotated = rotated_pairs(v.pair, of_pair, v.head, v.seq, v.batch);
-            return cast<uint32_t>(reinterpret<uint16_t>(narrow(select(v.half == 0, rotated[0], rotated[1]))));
+            return select(v.half == 0, rotated[0], rotated[1]);
         };
-        (*out.rotated)(v.pair, v.half, v.head, v.seq, v.batch) = bits(0) | (bits(1) << 16);
+        (*out.rotated)(v.pair, v.half, v.head, v.seq, v.batch) = word_of(lane(0), lane(1));
         return {*out.rotated, rotated_pairs, cs, *out.lead, *out.tail, *out.rotated, parity};
     }
 

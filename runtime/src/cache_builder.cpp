@@ -47,7 +47,7 @@ rope_status fail(rope_report *report, rope_status status, const std::string &mes
 rope_status check(const rope_cache_spec *spec, rope_report *report) {
     std::ostringstream m;
     if (spec == nullptr) {
-        return fail(report, ROPE_ERR_NULL_POINTER, "spec is NULL");
+        return fail(report, ROPE_ERR_NULL_POINTER, "spec is NULL; rope_build_cos_sin_cache needs a rope_cache_spec");
     }
     if (spec->struct_size != sizeof(rope_cache_spec)) {
         m << "spec.struct_size=" << spec->struct_size << " is not a rope_cache_spec size this library knows ("
@@ -69,7 +69,8 @@ rope_status check(const rope_cache_spec *spec, rope_report *report) {
         return fail(report, ROPE_ERR_BAD_ROTARY, m.str());
     }
     if (spec->cos_cache == nullptr || spec->sin_cache == nullptr) {
-        m << (spec->cos_cache == nullptr ? "spec.cos_cache" : "spec.sin_cache") << " is NULL";
+        m << (spec->cos_cache == nullptr ? "spec.cos_cache" : "spec.sin_cache")
+          << " is NULL; the builder writes both tables, cache_len rows each";
         return fail(report, ROPE_ERR_NULL_POINTER, m.str());
     }
     if (spec->cache_len <= 0 || spec->cache_len > kMaxCallTokens) {

@@ -158,7 +158,7 @@ bool vectors_aligned(const KernelEntry &kernel, const ValidCall &call) {
     auto aligned = [](const void *data) { return reinterpret_cast<uintptr_t>(data) % 16 == 0; };
     const rope_params &p = call.params;
     for (const rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
-        if (!tensor_aligned(*t, 16, vector)) {
+        if ((call.has_k || t == &p.q || t == &p.q_out) && !tensor_aligned(*t, 16, vector)) {
             return false;
         }
     }
@@ -793,18 +793,18 @@ extern "C" const char *rope_status_string(rope_status status) {
     case ROPE_OK: return "ROPE_OK: success";
     case ROPE_ERR_NULL_POINTER: return "ROPE_ERR_NULL_POINTER: a required pointer is NULL";
     case ROPE_ERR_BAD_ENUM: return "ROPE_ERR_BAD_ENUM: an enum field holds an unknown value";
-    case ROPE_ERR_DTYPE_MISMATCH: return "ROPE_ERR_DTYPE_MISMATCH: q, k and outputs do not share one dtype";
-    case ROPE_ERR_BAD_HEAD_DIM: return "ROPE_ERR_BAD_HEAD_DIM: head_dim is not even and positive, or not shared";
+    case ROPE_ERR_DTYPE_MISMATCH: return "ROPE_ERR_DTYPE_MISMATCH: q, k and outputs do not share one dtype, or cache_dtype is neither f32 nor theirs";
+    case ROPE_ERR_BAD_HEAD_DIM: return "ROPE_ERR_BAD_HEAD_DIM: head_dim is not even, positive and below 2^31, or not shared";
     case ROPE_ERR_BAD_ROTARY: return "ROPE_ERR_BAD_ROTARY: rotary_dim/rotary_offset outside 2 <= R <= D, R even, o + R <= D";
-    case ROPE_ERR_BAD_SHAPE: return "ROPE_ERR_BAD_SHAPE: a size is negative or beyond the kernels' 32-bit counts, or tensors disagree on their sizes";
+    case ROPE_ERR_BAD_SHAPE: return "ROPE_ERR_BAD_SHAPE: a size is negative or beyond the kernels' 32-bit counts, tensors disagree on their sizes, or varlen's batch, num_seqs or cu_seqlens is invalid";
     case ROPE_ERR_SIZE_OVERFLOW: return "ROPE_ERR_SIZE_OVERFLOW: an element or byte count overflows 64 bits";
-    case ROPE_ERR_BAD_STRIDE: return "ROPE_ERR_BAD_STRIDE: the head_dim stride is not 1 or a stride is negative";
+    case ROPE_ERR_BAD_STRIDE: return "ROPE_ERR_BAD_STRIDE: the head_dim stride is not 1, a stride is negative, or cache_row_stride or mrope.stream_stride is out of range";
     case ROPE_ERR_POSITION_OUT_OF_RANGE: return "ROPE_ERR_POSITION_OUT_OF_RANGE: a position is negative or out of range";
-    case ROPE_ERR_OVERLAP: return "ROPE_ERR_OVERLAP: an output partially overlaps another tensor";
-    case ROPE_ERR_BAD_VALUE: return "ROPE_ERR_BAD_VALUE: a scalar argument is out of range";
+    case ROPE_ERR_OVERLAP: return "ROPE_ERR_OVERLAP: an output overlaps itself, partially overlaps another tensor, or overlaps a table the call reads";
+    case ROPE_ERR_BAD_VALUE: return "ROPE_ERR_BAD_VALUE: a scalar argument is out of range, or fields conflict (mrope, scaling, round_cos_sin)";
     case ROPE_ERR_ABI_MISMATCH: return "ROPE_ERR_ABI_MISMATCH: struct_size or abi_version not understood";
-    case ROPE_ERR_UNSUPPORTED: return "ROPE_ERR_UNSUPPORTED: no kernel built for this call runs on this CPU";
-    case ROPE_ERR_INTERNAL: return "ROPE_ERR_INTERNAL: a generated kernel failed";
+    case ROPE_ERR_UNSUPPORTED: return "ROPE_ERR_UNSUPPORTED: no kernel built for this call runs on this CPU or GPU, the kernels cannot take the combination, or rope_set_max_isa got another architecture's level";
+    case ROPE_ERR_INTERNAL: return "ROPE_ERR_INTERNAL: a generated kernel, an allocation, a worker thread or an engine's parallel runner failed, or an exception was caught";
     case ROPE_ERR_DEVICE: return "ROPE_ERR_DEVICE: the CUDA driver, device or context is missing or failed";
     case ROPE_ERR_BAD_POINTER: return "ROPE_ERR_BAD_POINTER: a pointer is not device memory of the call's context or a view runs past its allocation";
     }

@@ -204,6 +204,21 @@ bool self_disjoint(const rope_tensor &t) {
 const char *const kTensorNames[] = {"q", "k", "q_out", "k_out"};
 const char *const kAxisNames[] = {"batch", "seq", "heads", "head_dim"};
 
+// A view as a message gives it: "q (sizes [..], strides [..])".
+std::string view_text(const char *name, const rope_tensor &t) {
+    std::ostringstream text;
+    text << name << " (sizes [" << t.sizes[0] << ", " << t.sizes[1] << ", " << t.sizes[2] << ", " << t.sizes[3]
+         << "], strides [" << t.strides[0] << ", " << t.strides[1] << ", " << t.strides[2] << ", " << t.strides[3] << "])";
+    return text.str();
+}
+
+// A byte range as a message gives it: "bytes [0x.., 0x..]".
+std::string bytes_text(uintptr_t first, uintptr_t last) {
+    std::ostringstream text;
+    text << "bytes [0x" << std::hex << first << ", 0x" << last << "]";
+    return text.str();
+}
+
 // Checks one tensor's dtype, sizes and strides; a valid tensor's byte range goes to *range (the
 // span computed here, where byte_range() would walk the axes again on every call).
 void check_tensor(Failure &f, const char *name, const rope_tensor &t, ByteRange *range) {
@@ -231,14 +246,14 @@ void check_tensor(Failure &f, const char *name, const rope_tensor &t, ByteRange 
             return;
         }
         if (multiply_overflows(elements, t.sizes[axis], &elements)) {
-            f.fail(ROPE_ERR_SIZE_OVERFLOW) << name << ".sizes: the element count up to " << kAxisNames[axis]
+            f.fail(ROPE_ERR_SIZE_OVERFLOW) << view_text(name, t) << ": the element count up to " << kAxisNames[axis]
                                            << " overflows 64 bits";
             return;
         }
         int64_t extent_span = 0;
         if (multiply_overflows(t.sizes[axis] > 0 ? t.sizes[axis] - 1 : 0, t.strides[axis], &extent_span) ||
             __builtin_add_overflow(span, extent_span, &span)) {
-            f.fail(ROPE_ERR_SIZE_OVERFLOW) << name << ".sizes/strides: the element span of " << kAxisNames[axis]
+            f.fail(ROPE_ERR_SIZE_OVERFLOW) << view_text(name, t) << ": the element span up to " << kAxisNames[axis]
                                            << " overflows 64 bits";
             return;
         }
@@ -246,7 +261,7 @@ void check_tensor(Failure &f, const char *name, const rope_tensor &t, ByteRange 
     int64_t bytes = 0;
     if (span == std::numeric_limits<int64_t>::max() ||
         multiply_overflows(span + 1, static_cast<int64_t>(dtype_bytes(t.dtype)), &bytes)) {
-        f.fail(ROPE_ERR_SIZE_OVERFLOW) << name << ": the byte span of the view overflows 64 bits";
+        f.fail(ROPE_ERR_SIZE_OVERFLOW) << view_text(name, t) << ": the byte span of the view overflows 64 bits";
         return;
     }
     if (t.strides[3] != 1 && t.sizes[3] > 1) {
@@ -278,8 +293,9 @@ void check_mrope(Failure &f, const rope_params &p, const ValidCall &call, bool o
     } else if (p.style != ROPE_STYLE_HALF) {
         f.fail(ROPE_ERR_BAD_VALUE) << "mrope with style=" << enum_value(p.style) << ": mrope is defined for the half style (spec §6)";
     } else if (p.angles.source == ROPE_SOURCE_CACHE) {
-        f.fail(ROPE_ERR_BAD_VALUE) << "mrope needs a computed source (angles.source compat or precise)";
-    } else if (enum_value(p.positions.kind) != ROPE_POSITIONS_TABLE) {  // checked as an enum later
+        f.fail(ROPE_ERR_BAD_VALUE) << "mrope with angles.source=" << enum_value(p.angles.source)
+                                   << " (cache): mrope needs a computed source (compat or precise)";
+    } else if (p.positions.kind != ROPE_POSITIONS_TABLE) {  // a known kind: validate() checked the enum
         f.fail(ROPE_ERR_BAD_VALUE) << "mrope with positions.kind=" << enum_value(p.positions.kind)
                                    << ": mrope reads three position tables (ROPE_POSITIONS_TABLE)";
     } else if (per_sequence_scaling(p)) {
@@ -498,10 +514,6 @@ PositionBounds position_bounds(const Index *table, const rope_positions &pos, in
 void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64_t seq, int64_t limit,
                      const char *limit_rule, bool readable, const char *table_name = "positions.data",
                      const rope_varlen *varlen = nullptr) {
-    if (enum_value(pos.kind) != ROPE_POSITIONS_OFFSET && enum_value(pos.kind) != ROPE_POSITIONS_TABLE) {
-        f.fail(ROPE_ERR_BAD_ENUM) << "positions.kind=" << enum_value(pos.kind) << " is not a rope_positions_kind (0 offset, 1 table)";
-        return;
-    }
     if (enum_value(pos.index_type) != ROPE_INDEX_INT32 && enum_value(pos.index_type) != ROPE_INDEX_INT64) {
         f.fail(ROPE_ERR_BAD_ENUM) << "positions.index_type=" << enum_value(pos.index_type)
                                   << " is not a rope_index_type (0 int32, 1 int64)";
@@ -603,6 +615,7 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
 struct TableOverlap {
     const char *table = nullptr;  // none
     int output = 0;               // 2 q_out, 3 k_out
+    uintptr_t first = 0, last = 0;  // the table's bytes
 };
 TableOverlap output_over_a_read_table(const ValidCall &call, const ByteRange (&ranges)[4]) {
     const rope_params &p = call.params;
@@ -611,7 +624,7 @@ TableOverlap output_over_a_read_table(const ValidCall &call, const ByteRange (&r
         const auto first = reinterpret_cast<uintptr_t>(data), last = first + bytes - 1;
         for (int i = 2; overlap.table == nullptr && bytes > 0 && i < (call.has_k ? 4 : 3); i++) {
             if (!ranges[i].empty && ranges[i].first <= last && first <= ranges[i].last) {
-                overlap = {table, i};
+                overlap = {table, i, first, last};
             }
         }
     };
@@ -731,6 +744,11 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
     }
     if (enum_value(p.angles.source) < ROPE_SOURCE_CACHE || enum_value(p.angles.source) > ROPE_SOURCE_PRECISE) {
         f.fail(ROPE_ERR_BAD_ENUM) << "angles.source=" << enum_value(p.angles.source) << " is not a rope_source (0 cache, 1 compat, 2 precise)";
+        return f.finish();
+    }
+    if (enum_value(p.positions.kind) != ROPE_POSITIONS_OFFSET && enum_value(p.positions.kind) != ROPE_POSITIONS_TABLE) {
+        f.fail(ROPE_ERR_BAD_ENUM) << "positions.kind=" << enum_value(p.positions.kind)
+                                  << " is not a rope_positions_kind (0 offset, 1 table)";
         return f.finish();
     }
 
@@ -948,7 +966,10 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
         if ((own_input && same_view(out, other)) || disjoint(out, ranges[pair.out], other, ranges[pair.other])) {
             continue;
         }
-        f.fail(ROPE_ERR_OVERLAP) << kTensorNames[pair.out] << " partially overlaps " << kTensorNames[pair.other]
+        f.fail(ROPE_ERR_OVERLAP) << kTensorNames[pair.out] << " ("
+                                 << bytes_text(ranges[pair.out].first, ranges[pair.out].last) << ") partially overlaps "
+                                 << kTensorNames[pair.other] << " ("
+                                 << bytes_text(ranges[pair.other].first, ranges[pair.other].last) << ")"
                                  << (own_input ? "; an output must be exactly its input (same data, sizes, strides) or disjoint from it (spec §4)"
                                                : "; they must not share any element (spec §4)");
         return f.finish();
@@ -956,8 +977,9 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
     // The kernels read some tables after writing outputs (a later tile's positions, a later
     // sequence's offsets): a byte shared with an output would turn a rotated value into an index.
     if (const TableOverlap overlap = output_over_a_read_table(*call, ranges); overlap.table != nullptr) {
-        f.fail(ROPE_ERR_OVERLAP) << kTensorNames[overlap.output] << " overlaps " << overlap.table
-                                 << "; an output must share no byte with a table the call reads (spec §4)";
+        f.fail(ROPE_ERR_OVERLAP) << kTensorNames[overlap.output] << " ("
+                                 << bytes_text(ranges[overlap.output].first, ranges[overlap.output].last) << ") overlaps "
+                                 << overlap.table << " (" << bytes_text(overlap.first, overlap.last) << "); an output must share no byte with a table the call reads (spec §4)";
         return f.finish();
     }
     // A kernel measures a sequence's length on the tokens it is given (spec §6), and a call with a
@@ -965,9 +987,16 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
     // measure its own. Refused here, so that rope_query agrees and no sequence is written first;
     // last, as UNSUPPORTED is the status of a call that breaks no rule.
     if (per_sequence_scaling(p) && axes_beyond_int32_strides(*call).axis[1]) {
-        f.fail(ROPE_ERR_UNSUPPORTED) << "scaling.type=" << enum_value(p.scaling.type)
-                                     << " (per-sequence lengths) with a sequence axis whose stride exceeds 2^31 elements: "
-                                        "the call would be split along it and each part measure its own length";
+        auto &out = f.fail(ROPE_ERR_UNSUPPORTED);
+        out << "scaling.type=" << enum_value(p.scaling.type)
+            << " (per-sequence lengths) with a sequence stride beyond 2^31 elements (strides[1] of q " << p.q.strides[1]
+            << ", q_out " << p.q_out.strides[1];
+        if (call->has_k) {
+            out << ", k " << p.k.strides[1] << ", k_out " << p.k_out.strides[1];
+        }
+        out << ", positions " << p.positions.strides[1]
+            << (p.positions.index_type == ROPE_INDEX_INT64 ? ", int64 entries counting twice" : "")
+            << "): the call would be split along it and each part measure its own length";
         return f.finish();
     }
     return f.finish();

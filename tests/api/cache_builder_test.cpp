@@ -244,8 +244,10 @@ TEST(CacheBuilderValidation, BadSpecsWriteNothing) {
     const Bad bads[] = {
         {ROPE_ERR_ABI_MISMATCH, "spec.struct_size", [](rope_cache_spec &s) { s.struct_size = 8; }},
         {ROPE_ERR_BAD_ENUM, "spec.source=0", [](rope_cache_spec &s) { s.source = ROPE_SOURCE_CACHE; }},
+        {ROPE_ERR_BAD_ENUM, "spec.cache_dtype=3", [](rope_cache_spec &s) { s.cache_dtype = static_cast<rope_dtype>(3); }},
         {ROPE_ERR_BAD_ROTARY, "spec.rotary_dim=7", [](rope_cache_spec &s) { s.rotary_dim = 7; }},
-        {ROPE_ERR_NULL_POINTER, "spec.sin_cache", [](rope_cache_spec &s) { s.sin_cache = nullptr; }},
+        {ROPE_ERR_NULL_POINTER, "spec.sin_cache is NULL; the builder writes both tables",
+         [](rope_cache_spec &s) { s.sin_cache = nullptr; }},
         {ROPE_ERR_BAD_VALUE, "spec.cache_len=0", [](rope_cache_spec &s) { s.cache_len = 0; }},
         {ROPE_ERR_BAD_VALUE, "spec.cache_len=1073741825", [](rope_cache_spec &s) { s.cache_len = (int64_t{1} << 30) + 1; }},
         {ROPE_ERR_BAD_STRIDE, "spec.cache_row_stride=3", [](rope_cache_spec &s) { s.cache_row_stride = 3; }},
@@ -275,6 +277,13 @@ TEST(CacheBuilderValidation, BadSpecsWriteNothing) {
         EXPECT_EQ(cos, std::vector<float>(64, 7.0f));
         EXPECT_EQ(sin, std::vector<float>(64, 7.0f));
     }
+}
+
+TEST(CacheBuilderValidation, NullSpecIsRefusedWithItsMessage) {
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_build_cos_sin_cache(nullptr, &report), ROPE_ERR_NULL_POINTER);
+    EXPECT_EQ(report.status, ROPE_ERR_NULL_POINTER);
+    EXPECT_STREQ(report.message, "spec is NULL; rope_build_cos_sin_cache needs a rope_cache_spec");
 }
 
 // Both tables in one buffer, rows of R/2 values every 8 elements, sin_cache `distance` elements

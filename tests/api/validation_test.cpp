@@ -312,14 +312,17 @@ constexpr int64_t k2Pow30 = int64_t{1} << 30;
 // 2^30 items of 2^30 tokens of 2^30 heads of 128 lanes: 2^97 elements, rows broadcast.
 TEST_F(Validation, ElementCountOverflows) {
     expect_rejected(q_alone(valid(), {k2Pow30, k2Pow30, k2Pow30, 128}, {0, 0, 128, 1}), ROPE_ERR_SIZE_OVERFLOW,
-                    {"q.sizes: the element count up to heads overflows 64 bits"});
+                    {"q (sizes [1073741824, 1073741824, 1073741824, 128], strides [0, 0, 128, 1])",
+                     "the element count up to heads overflows 64 bits"});
 }
 
 // 2^26 items of 2^30 heads of 64 f32 lanes, dense: 2^62 elements fit in int64, their 2^64 bytes
 // do not.
 TEST_F(Validation, ByteCountOverflows) {
     expect_rejected(q_alone(valid(), {int64_t{1} << 26, 1, k2Pow30, 64}, {int64_t{1} << 36, 0, 64, 1}),
-                    ROPE_ERR_SIZE_OVERFLOW, {"q: the byte span of the view overflows 64 bits"});
+                    ROPE_ERR_SIZE_OVERFLOW,
+                    {"q (sizes [67108864, 1, 1073741824, 64], strides [68719476736, 0, 64, 1])",
+                     "the byte span of the view overflows 64 bits"});
 }
 
 /// q alone in place, of `sizes` with dense strides, the precise source (no tables): a view far
@@ -337,7 +340,15 @@ rope_params dense_q_in_place(rope_params p, const std::array<int64_t, 4> &sizes)
 TEST_F(Validation, SpanOfInt64Max) {
     constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
     expect_rejected(q_alone(valid(), {2, 1, 1, 64}, {kMax - 63, 0, 64, 1}), ROPE_ERR_SIZE_OVERFLOW,
-                    {"q: the byte span of the view overflows 64 bits"});
+                    {"q (sizes [2, 1, 1, 64], strides [9223372036854775744, 0, 64, 1])",
+                     "the byte span of the view overflows 64 bits"});
+}
+
+// Three items 2^62 elements apart: the element count (192) fits, the span (2^63) does not.
+TEST_F(Validation, ElementSpanOverflows) {
+    expect_rejected(q_alone(valid(), {3, 1, 1, 64}, {int64_t{1} << 62, 0, 0, 1}), ROPE_ERR_SIZE_OVERFLOW,
+                    {"q (sizes [3, 1, 1, 64], strides [4611686018427387904, 0, 0, 1])",
+                     "the element span up to batch overflows 64 bits"});
 }
 
 // Halide's extents are int32: a batch, seq or heads size of 2^31 is refused; heads of 2^31 - 1
@@ -401,7 +412,7 @@ TEST_F(Validation, HeadDimStrideNotOneWithOnePair) {
 // q, not later as q_out overlapping itself.
 TEST_F(Validation, ElementCountOverflowsWithABroadcastAxis) {
     expect_rejected(q_alone(valid(), {k2Pow30, k2Pow30, 4, 4}, {0, 0, 0, 1}), ROPE_ERR_SIZE_OVERFLOW,
-                    {"q.sizes: the element count up to head_dim overflows 64 bits"});
+                    {"q (sizes [1073741824, 1073741824, 4, 4]", "the element count up to head_dim overflows 64 bits"});
 }
 
 // A cache row stride must stay below 2^31 (the kernels index the tables with int32).
@@ -658,7 +669,7 @@ TEST_F(Validation, QOutOverlapsThePositionTable) {
 TEST_F(Validation, KOutOverlapsTheCosCache) {
     rope_params p = valid();
     p.angles.cos_cache = p.k_out.data;  // validation reads no cache value
-    expect_rejected(p, ROPE_ERR_OVERLAP, {"k_out", "angles.cos_cache"});
+    expect_rejected(p, ROPE_ERR_OVERLAP, {"k_out (bytes [", ") overlaps angles.cos_cache (bytes ["});
 }
 
 // A position table that ends just before q_out is disjoint from it; one entry further, its last
@@ -730,7 +741,15 @@ TEST_F(Validation, QOutHalfAnElementAfterQOverlapsIt) {
     p.q_out.data = static_cast<uint8_t *>(p.q.data) + 18;
     p.k = p.k_out = rope_tensor{};
     p.positions = rope_positions{};
-    expect_rejected(p, ROPE_ERR_OVERLAP, {"q_out partially overlaps q"});
+    // The message gives both views' bytes, first and last.
+    const auto bytes = [](const rope_tensor &t) {
+        std::ostringstream text;
+        text << "(bytes [" << t.data << ", "
+             << static_cast<void *>(static_cast<uint8_t *>(t.data) + elements_spanned(t) * sizeof(float) - 1) << "])";
+        return text.str();
+    };
+    const std::string q_bytes = "q " + bytes(p.q), q_out_bytes = "q_out " + bytes(p.q_out) + " partially overlaps ";
+    expect_rejected(p, ROPE_ERR_OVERLAP, {q_out_bytes + q_bytes, "exactly its input"});
 }
 
 TEST_F(Validation, KOutOverlapsQ) {
@@ -954,6 +973,13 @@ TEST_F(Validation, StructSizeTooSmall) {
     }
 }
 
+// A caller compiled against a newer header, whose struct this library does not know.
+TEST_F(Validation, StructSizeFromANewerCaller) {
+    rope_params p = valid();
+    p.struct_size = static_cast<uint32_t>(sizeof(rope_params) + 8);
+    expect_rejected(p, ROPE_ERR_ABI_MISMATCH, {"params.struct_size=" + std::to_string(sizeof(rope_params) + 8)});
+}
+
 // A caller compiled before device and stream were appended passes the first layout's size; the
 // library reads no byte past num_threads (what lies there is padding to it) and runs on the CPU.
 TEST_F(Validation, FirstLayoutIsReadWithoutTheAppendedFields) {
@@ -1151,7 +1177,7 @@ TEST_F(Validation, PerSequenceScalingWithASequenceStrideBeyondInt32) {
         p.q.strides[1] = int64_t{1} << 31;
         p.q.strides[0] = kSeq * p.q.strides[1];
         p.q_out = p.q;
-        expect_rejected(p, ROPE_ERR_UNSUPPORTED, {"scaling.type", "exceeds 2^31"});
+        expect_rejected(p, ROPE_ERR_UNSUPPORTED, {"scaling.type", "sequence stride beyond 2^31 elements", "q 2147483648"});
 
         p = scaled(valid(), type);
         for (rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
@@ -1160,7 +1186,7 @@ TEST_F(Validation, PerSequenceScalingWithASequenceStrideBeyondInt32) {
         p.positions.index_type = ROPE_INDEX_INT64;
         p.positions.data = positions64(std::vector<int64_t>(kBatch * kSeq, 1));
         p.positions.strides[1] = int64_t{1} << 30;  // read as int32 pairs: 2^31
-        expect_rejected(p, ROPE_ERR_UNSUPPORTED, {"scaling.type", "exceeds 2^31"});
+        expect_rejected(p, ROPE_ERR_UNSUPPORTED, {"scaling.type", "positions 1073741824, int64 entries counting twice"});
     }
 }
 
@@ -1371,7 +1397,10 @@ TEST_F(Validation, MropeRules) {
         {ROPE_ERR_BAD_VALUE, {"mrope.sections=[8, 12, 13]", "rotary_dim/2=32"}, [](rope_params &p) { p.mrope.sections[2] = 13; }},
         {ROPE_ERR_BAD_VALUE, {"mrope.sections=[-1"}, [](rope_params &p) { p.mrope.sections[0] = -1; p.mrope.sections[1] = 21; }},
         {ROPE_ERR_BAD_VALUE, {"half style"}, [](rope_params &p) { p.style = ROPE_STYLE_INTERLEAVED; }},
-        {ROPE_ERR_BAD_VALUE, {"computed source"}, [](rope_params &p) { p.angles.source = ROPE_SOURCE_CACHE; }},
+        {ROPE_ERR_BAD_VALUE, {"angles.source=0", "computed source"}, [](rope_params &p) { p.angles.source = ROPE_SOURCE_CACHE; }},
+        // An unknown kind is an unknown enum, with mrope as without.
+        {ROPE_ERR_BAD_ENUM, {"positions.kind=7", "rope_positions_kind"},
+         [](rope_params &p) { store_raw(p.positions.kind, 7); }},
         {ROPE_ERR_BAD_VALUE, {"positions.kind=0", "ROPE_POSITIONS_TABLE"}, [](rope_params &p) { p.positions.kind = ROPE_POSITIONS_OFFSET; }},
         {ROPE_ERR_BAD_VALUE, {"scaling.type=2"}, [](rope_params &p) {
              p.scaling.type = ROPE_SCALING_DYNAMIC;
@@ -1379,6 +1408,8 @@ TEST_F(Validation, MropeRules) {
              p.scaling.original_max_positions = 16;
          }},
         {ROPE_ERR_BAD_STRIDE, {"mrope.stream_stride=-1"}, [](rope_params &p) { p.mrope.stream_stride = -1; }},
+        {ROPE_ERR_BAD_STRIDE, {"mrope.stream_stride=1073741824", "[0, 2^30)"},
+         [](rope_params &p) { p.mrope.stream_stride = int64_t{1} << 30; }},
     };
     for (const Case &c : cases) {
         rope_params p = with_mrope(valid(), streams);

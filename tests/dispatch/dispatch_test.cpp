@@ -233,6 +233,35 @@ TEST(KernelChoice, PairWordsKernelGivesWayAtOddStrides) {
     }
 }
 
+// Without k, k_out is not part of the call: whatever it holds, the kernel chosen is the one
+// chosen with k_out empty (here a pair-words kernel, which a misaligned k_out of a call with k
+// would turn away).
+TEST(KernelChoice, AnAbsentKOutPlaysNoPart) {
+    int checked = 0;
+    for (rope_style style : {ROPE_STYLE_INTERLEAVED, ROPE_STYLE_HALF}) {
+        CaseSpec c = f32_case(128);
+        c.style = style;
+        c.dtype = ROPE_DTYPE_BF16;
+        c.k_heads = 0;
+        SCOPED_TRACE(c.describe());
+        RopeCall call(c);
+        rope_params p = call.params();
+        const KernelEntry *expected = first_matching_kernel(p, rope_active_isa());
+        ASSERT_NE(expected, nullptr);
+        checked += expected->pair_words ? 1 : 0;
+        p.k_out = p.q_out;
+        p.k_out.data = static_cast<uint8_t *>(p.q_out.data) + 1;  // never written: rope_query runs nothing
+        p.k_out.strides[2] += 1;
+        rope_report report = rope_report_init();
+        ASSERT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+        EXPECT_STREQ(report.kernel, expected->name);
+    }
+    if (checked == 0) {
+        GTEST_SKIP() << "no kernel of pair words serves a bf16 head_dim 128 call at ISA level " << isa_name(rope_active_isa())
+                     << ": the choice was checked, but not against a kernel a misaligned k_out would turn away";
+    }
+}
+
 // A decode batch ([B, 1]) runs as one sequence of B tokens per thread the call may use
 // (dispatch.cpp, fold_decode_batch): for every way of giving positions, layout, with and without
 // k, batch sizes with and without a divisor per thread count, the results are the oracle's and

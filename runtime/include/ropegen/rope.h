@@ -10,10 +10,15 @@
  *    own size (struct_size); the library reads no byte past it and rejects a rope_params or
  *    rope_cache_spec size it does not know with ROPE_ERR_ABI_MISMATCH. A rope_report smaller
  *    than the library's is not written at all; the call still returns its status.
- *  - Nothing aborts, prints, or throws. A failed call returns a status, writes a message naming
- *    the argument, its value and the rule into the caller's rope_report (when one is given) and
- *    leaves every output buffer untouched: all arguments are validated, positions included,
- *    before any kernel runs.
+ *  - Nothing aborts, prints, or throws. A failed call returns a status and writes a message naming
+ *    the argument, its value and the rule into the caller's rope_report (when one is given).
+ *  - Outputs after a failure: all arguments are validated, positions included, before any kernel
+ *    runs, so a refused call (any status but ROPE_ERR_INTERNAL and ROPE_ERR_DEVICE) leaves every
+ *    output untouched, as does a failure before the first kernel starts (no CUDA driver, the
+ *    cos/sin scratch, a worker thread). A failure once kernels have started may leave outputs
+ *    partly written: a failed CUDA launch, a kernel's runtime error, an engine's parallel runner
+ *    or task that fails, a caught exception, or one part of a call failing after others ran (a
+ *    varlen sequence, a decode step's part, a slice of a call split for 32-bit indexing).
  *  - CUDA calls (rope_params.device, below) run on the caller's context and stream, with the
  *    caller's device pointers, and never synchronize. A launch that fails returns
  *    ROPE_ERR_DEVICE; the call's other launches still run, so outputs may be partly written.
@@ -44,22 +49,33 @@ typedef enum rope_status {
     ROPE_ERR_BAD_ENUM = 2,          /**< an enum field holds a value this library does not know */
     ROPE_ERR_DTYPE_MISMATCH = 3,    /**< q, k and the outputs do not share one dtype, or a cache_dtype is
                                          neither f32 nor theirs */
-    ROPE_ERR_BAD_HEAD_DIM = 4,      /**< head_dim not even, not positive, or not shared by all tensors */
+    ROPE_ERR_BAD_HEAD_DIM = 4,      /**< head_dim not even, not positive, not below 2^31, or not shared by
+                                         all tensors */
     ROPE_ERR_BAD_ROTARY = 5,        /**< rotary_dim / rotary_offset break 2 <= R <= D, R even, o + R <= D
                                          (DYNAMIC scaling: 4 <= R) */
-    ROPE_ERR_BAD_SHAPE = 6,         /**< a size is negative, a batch/seq/heads size >= 2^31, batch x seq > 2^30, or tensors disagree on batch/seq */
+    ROPE_ERR_BAD_SHAPE = 6,         /**< a size is negative, a batch/seq/heads size >= 2^31, batch x seq > 2^30, or tensors
+                                         disagree on batch/seq; varlen: q.sizes[0] != 1, num_seqs outside
+                                         [0, 2^31), or cu_seqlens malformed */
     ROPE_ERR_SIZE_OVERFLOW = 7,     /**< an element or byte count overflows 64 bits */
     ROPE_ERR_BAD_STRIDE = 8,        /**< the head_dim stride is not 1, a stride is negative, or a
                                          cache_row_stride or mrope.stream_stride is out of its range */
     ROPE_ERR_POSITION_OUT_OF_RANGE = 9, /**< a position is negative, not below cache_len or 2^31, or (computed
                                              sources) makes position x |inv_freq| reach 2^32 (spec §5) */
-    ROPE_ERR_OVERLAP = 10,          /**< an output partially overlaps an input or another output, or a table the call reads */
-    ROPE_ERR_BAD_VALUE = 11,        /**< a scalar (base, attn_factor, cache_len, num_threads, a scaling parameter) is invalid */
+    ROPE_ERR_OVERLAP = 10,          /**< an output overlaps itself, partially overlaps an input or the other output,
+                                         or shares a byte with a table the call reads */
+    ROPE_ERR_BAD_VALUE = 11,        /**< a scalar (base, attn_factor, cache_len, num_threads, a scaling parameter) is
+                                         invalid, or fields conflict: a bad mrope.sections, or mrope with the
+                                         interleaved style, the cache source, OFFSET positions or
+                                         DYNAMIC/LONGROPE; scaling with the cache source; round_cos_sin with
+                                         16-bit tensors and f32 tables */
     ROPE_ERR_ABI_MISMATCH = 12,     /**< struct_size or abi_version not understood */
-    ROPE_ERR_UNSUPPORTED = 13,      /**< valid, but no kernel built for it runs on this CPU, or the kernels
-                                         cannot take the combination (README: status table); from
-                                         rope_set_max_isa, a level of another architecture */
-    ROPE_ERR_INTERNAL = 14,         /**< a generated kernel failed; the message has Halide's text */
+    ROPE_ERR_UNSUPPORTED = 13,      /**< valid, but no kernel built for it runs on this CPU or GPU (none, in a
+                                         library built without CUDA kernels), or the kernels cannot take the
+                                         combination (README: status table); from rope_set_max_isa, a level
+                                         of another architecture */
+    ROPE_ERR_INTERNAL = 14,         /**< a generated kernel failed (the message has Halide's text), memory could not
+                                         be allocated (the cos/sin scratch), a worker thread could not start, an
+                                         engine's parallel runner or task failed, or an exception was caught */
     ROPE_ERR_DEVICE = 15,           /**< CUDA: no driver, no device or context, or the driver failed
                                          (a launch included); the message has CUDA's error name */
     ROPE_ERR_BAD_POINTER = 16       /**< CUDA: a pointer is not device memory of the call's context,
@@ -229,7 +245,8 @@ typedef struct rope_params {
     rope_tensor q;            /**< required */
     rope_tensor k;            /**< optional: k.data == NULL rotates q only; heads may differ from q (GQA) */
     rope_tensor q_out;        /**< required; equal to q (same data and strides) for in place */
-    rope_tensor k_out;        /**< required when k is given */
+    rope_tensor k_out;        /**< required when k is given; when k.data is NULL, neither validated, read
+                                   nor written */
     rope_positions positions;
     rope_angles angles;
     int32_t num_threads;      /**< 0: the library's thread count (see rope_set_num_threads); 1: the calling thread only */
@@ -312,7 +329,8 @@ static inline rope_report rope_report_init(void) {
 
 /**
  * Validates `params`, picks the best kernel for the call and this CPU, and runs it.
- * @return ROPE_OK, or any ROPE_ERR_* status; on error no output byte was written.
+ * @return ROPE_OK, or any ROPE_ERR_* status; what a failure leaves in the outputs: the rules at the
+ *         top of this file (untouched unless kernels had started).
  * Reads the environment variables ROPE_MAX_ISA and ROPE_NUM_THREADS once, at the first call of
  * any function of this library but rope_status_string(), rope_version_string(),
  * rope_abi_version() and (in a library built without CUDA kernels) rope_cuda_release_context(),

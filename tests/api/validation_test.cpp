@@ -1035,6 +1035,27 @@ TEST_F(Validation, BaseNotPositiveOrNaN) {
     }
 }
 
+// compat evaluates inv_freq in f32 (spec §5): a finite base beyond f32's range is refused there
+// and accepted by precise, which evaluates in f64.
+TEST_F(Validation, CompatBaseBeyondF32) {
+    rope_params p = valid();
+    p.angles = rope_angles{};
+    p.angles.source = ROPE_SOURCE_COMPAT;
+    p.angles.base = 1e39;
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"angles.base=1e+39", "must fit in f32", "compat source"});
+    p.angles.source = ROPE_SOURCE_PRECISE;
+    expect_accepted(p);
+}
+
+// The cache's described bytes, cache_len rows of the row stride, must fit 64 bits (validation
+// reads no cache value, so the tables need not be that large).
+TEST_F(Validation, CacheTableBytesOverflow) {
+    rope_params p = valid();
+    p.angles.cache_len = int64_t{1} << 62;
+    p.angles.cache_row_stride = 64;
+    expect_rejected(p, ROPE_ERR_SIZE_OVERFLOW, {"angles.cache_len=4611686018427387904 x row stride 64", "overflows 64 bits"});
+}
+
 TEST_F(Validation, AttnFactorNaN) {
     rope_params p = valid();
     p.angles = rope_angles{};

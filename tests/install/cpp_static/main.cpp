@@ -25,7 +25,8 @@ rope_tensor view(std::vector<float> &data, int heads) {
     return t;
 }
 
-// Largest |error| of y against x rotated by position m = token index: pairs (2i, 2i+1), angle m * base^(-2i/D).
+// Largest |error| of y against x rotated by position m = token index: pairs (2i, 2i+1), angle m * base^(-2i/D);
+// NaN if an output is NaN.
 double max_error(const std::vector<float> &x, const std::vector<float> &y, int heads) {
     double worst = 0;
     for (int m = 0; m < kSeq; m++) {
@@ -34,8 +35,15 @@ double max_error(const std::vector<float> &x, const std::vector<float> &y, int h
                 const size_t at = (size_t(m) * heads + h) * kHeadDim + 2 * i;
                 const double angle = m * std::pow(10000.0, -2.0 * i / kHeadDim);
                 const double a = x[at], b = x[at + 1];
-                worst = std::fmax(worst, std::fabs(y[at] - (a * std::cos(angle) - b * std::sin(angle))));
-                worst = std::fmax(worst, std::fabs(y[at + 1] - (b * std::cos(angle) + a * std::sin(angle))));
+                for (const double error : {std::fabs(y[at] - (a * std::cos(angle) - b * std::sin(angle))),
+                                           std::fabs(y[at + 1] - (b * std::cos(angle) + a * std::sin(angle)))}) {
+                    if (!(error <= worst)) {  // a NaN ends the search: fmax would pass over it
+                        if (std::isnan(error)) {
+                            return error;
+                        }
+                        worst = error;
+                    }
+                }
             }
         }
     }
@@ -62,7 +70,8 @@ int main() {
         std::fprintf(stderr, "rope_dispatch failed: %s\n", report.message);
         return 1;
     }
-    const double error = std::fmax(max_error(q, q_out, kQHeads), max_error(k, k_out, kKvHeads));
+    const double q_error = max_error(q, q_out, kQHeads), k_error = max_error(k, k_out, kKvHeads);
+    const double error = std::isnan(q_error) || q_error > k_error ? q_error : k_error;
     std::printf("ropegen %s, kernel %s, max |error| %.3g\n", rope_version_string(), report.kernel, error);
     if (!(error < 1e-5)) {
         std::fprintf(stderr, "error %.3g above 1e-5\n", error);

@@ -70,6 +70,9 @@ COS_SIN_AT = ("task", "inline", "root")
 STORE_ORDERS = ("pair_vectors", "halves")
 INTERLEAVED_ROTATIONS = ("deinterleave", "swap", "words")
 HALF_ROTATIONS = ("lanes", "words")
+# The knobs whose "words" stores 16-bit lanes as 32-bit words (stores_pair_words): each read by
+# fixed head_dim 16-bit kernels of one style; for the others words means the plain value.
+PAIR_WORDS_KNOBS = (("interleaved_rotation", "interleaved", "deinterleave"), ("half_rotation", "half", "lanes"))
 # The knobs of each kind of target family: CPU families are named after an ISA, CUDA ones "cuda-*".
 CPU_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "cos_sin_vectors", "store_order", "interleaved_rotation",
              "half_rotation", "layouts")
@@ -171,12 +174,16 @@ def _load_entries(path, target, tuned):
         raise ScheduleError(f"{path}: target {json.dumps(doc['target'])} must be \"{target}\"")
     if not isinstance(doc["kernels"], list) or not doc["kernels"]:
         raise ScheduleError(f"{path}: kernels must be a non-empty list")
-    entries = []
+    entries, first = [], {}
     for index, entry in enumerate(doc["kernels"]):
         where = f"{path}: kernels[{index}]"
-        _check_keys(where, entry, ("match", "params"), ("measured", "note"))
+        # The tuner records what it measured for every entry it writes (and reads it back).
+        _check_keys(where, entry, ("match", "params", "measured") if tuned else ("match", "params"),
+                    ("note",) if tuned else ("measured", "note"))
         if not isinstance(entry.get("note", ""), str):
             raise ScheduleError(f"{where}.note: {json.dumps(entry['note'])} must be a string")
+        if not isinstance(entry.get("measured", {}), dict):
+            raise ScheduleError(f"{where}.measured: {json.dumps(entry['measured'])} must be an object")
         match = entry["match"]
         _check_keys(f"{where}.match", match, tuple(MATCH_KEYS))
         for key, allowed in MATCH_KEYS.items():
@@ -185,8 +192,19 @@ def _load_entries(path, target, tuned):
                                     "(each entry names one kernel)")
             if match[key] != "*":
                 _check_choice(f"{where}.match.{key}", match[key], allowed)
+        key = tuple(match[k] for k in MATCH_KEYS)
+        if key in first:
+            raise ScheduleError(f"{where}.match: {json.dumps(match)} is also the match of kernels[{first[key]}]; "
+                                "one entry per match (merge the two)")
+        first[key] = index
         complete = all(value == "*" for value in match.values())
         _check_params(f"{where}.params", entry["params"], complete=complete, gpu=target.startswith("cuda-"))
+        for knob, style, plain in PAIR_WORDS_KNOBS:
+            if entry["params"].get(knob) == "words" and (match["style"] not in ("*", style) or match["dtype"] == "f32"
+                                                         or match["head_dim"] == 0):
+                raise ScheduleError(f"{where}.params.{knob}: \"words\" is read by fixed head_dim f16 and bf16 kernels of "
+                                    f"the {style} style only, which this entry's match excludes (for its kernels it would "
+                                    f"mean {json.dumps(plain)}); set it there, or drop it")
         entries.append((where, match, entry["params"]))
     return doc, entries
 
@@ -259,15 +277,9 @@ def read_tuned_file(path, target):
         raise ScheduleError(f"{where}.machine: {json.dumps(tuned['machine'])} must be the file's name, \"{path.stem}\"")
     if path.parent.name != target:
         raise ScheduleError(f"{path}: its directory \"{path.parent.name}\" must be named after its target, \"{target}\"")
-    first = {}
-    for index, (entry_where, match, params) in enumerate(entries):
+    for entry_where, match, params in entries:
         for message in rule_violations(match, params).values():
             raise ScheduleError(f"{entry_where}.params: {message}")
-        key = tuple(match[k] for k in MATCH_KEYS)
-        if key in first:
-            raise ScheduleError(f"{entry_where}.match: {json.dumps(match)} is also the match of kernels[{first[key]}]; "
-                                "a tuned file has one entry per kernel")
-        first[key] = index
     return tuned, entries
 
 
@@ -367,7 +379,7 @@ def resolve(entries, key, tuned=()):
         setter = next(where for where, params in reversed(layers) if knob in (params.get(group, {}) if group else params))
         raise ScheduleError(f"{setter}.params, for kernel {key}: {message}")
     # What words means for the other style's knob, f32 and the any-head_dim kernel.
-    for knob, style, plain in (("interleaved_rotation", "interleaved", "deinterleave"), ("half_rotation", "half", "lanes")):
+    for knob, style, plain in PAIR_WORDS_KNOBS:
         if resolved.get(knob) == "words" and (key["style"] != style or not stores_pair_words(key, resolved)):
             resolved[knob] = plain
     return resolved
@@ -392,7 +404,8 @@ def rule_violations(key, params):
     root (`task` tables would be allocated inside the parallel loop).
     gpu.tokens_per_block: a CUDA block holds cos/sin of its tokens in static shared memory. The
     any-head_dim kernel sizes its table at run time (a launch that does not fit fails, and the
-    call returns its status), so only fixed head_dim kernels are checked here."""
+    call returns its status), so only fixed head_dim kernels are checked here.
+    gpu.pair_threads: at most threads_per_block, which a block would otherwise exceed."""
     violations = {}
     placement = params.get("cos_sin_at")  # CPU families only
     allowed = "inline" if key["source"] == "cache" else "root"
@@ -400,7 +413,12 @@ def rule_violations(key, params):
         violations[None, "cos_sin_at"] = (
             f"cos_sin_at {json.dumps(placement)} is not allowed for the {key['source']} source: a kernel may allocate "
             f"nothing beyond the scratch the dispatcher reserves before it runs; use {allowed}")
-    tokens = params.get("gpu", {}).get("tokens_per_block")
+    gpu = params.get("gpu", {})
+    if gpu.get("pair_threads", 0) > gpu.get("threads_per_block", 1024):
+        violations["gpu", "pair_threads"] = (
+            f"gpu.pair_threads {gpu['pair_threads']} exceeds gpu.threads_per_block {gpu['threads_per_block']}: a block's "
+            "threads are pair_threads along a head's pairs times threads_per_block / pair_threads heads")
+    tokens = gpu.get("tokens_per_block")
     pair_bytes = 8  # cos and sin, f32
     if tokens is not None and key["head_dim"] and tokens * key["head_dim"] // 2 * pair_bytes > CUDA_STATIC_SHARED_BYTES:
         violations["gpu", "tokens_per_block"] = (
@@ -456,7 +474,10 @@ def main():
         return json.dumps(str(text).replace(source_root, ""))
 
     def pick(option, text, allowed, convert=str):
-        values = [convert(v) for v in text.split(";") if v]
+        try:
+            values = [convert(v) for v in text.split(";") if v]
+        except ValueError as err:
+            raise ScheduleError(f"{option}: {text!r}: {err}") from None
         for value in values:
             if value not in allowed:
                 raise ScheduleError(f"{option}: {value!r} is not one of {list(allowed)}")

@@ -324,8 +324,14 @@ def _positions(p, positions, offset, positions_kind, mrope_section, prepared):
     if positions_kind not in (None, "table", "offsets"):
         raise RopeError(2, f"positions_kind={positions_kind!r}: None (inferred), 'table' or 'offsets'")
     if positions is None:
+        if positions_kind is not None:
+            raise RopeError(11, f"positions_kind={positions_kind!r} without positions: it says how to read a positions "
+                                "array; with none, every sequence starts at `offset`")
         p.positions.kind, p.positions.offset = 0, _int(offset, "offset", 64)
         return
+    if offset != 0:
+        raise RopeError(11, f"offset={offset} with positions: the array gives every position (or each sequence's "
+                            "offset); add the offset to it, or pass offset alone")
     data, index_type, shape, strides = _index_view(positions, "positions")
     p.positions.data, p.positions.index_type, shape = data, index_type, tuple(shape)
     batch, seq = p.q.sizes[0], p.q.sizes[1]
@@ -416,6 +422,9 @@ def _params(q, k, q_out, k_out, positions, offset, style, inverse, source, base,
     p.angles.source = _SOURCES[source]
     pairs = (p.rotary_dim or p.q.sizes[3]) // 2
     p.scaling, p.angles.base, p.angles.attn_factor = _scaling(scaling, pairs, keep_alive, base, attn_factor)
+    if source != "cache" and (cos_cache is not None or sin_cache is not None):
+        raise RopeError(11, f"cos_cache/sin_cache with source={source!r}: the tables are read by source='cache' "
+                            "only; pass source='cache' to use them")
     if source == "cache":
         a = p.angles
         a.cos_cache, a.sin_cache, a.cache_dtype, a.cache_len, a.cache_row_stride = _tables(
@@ -520,7 +529,9 @@ def build_cos_sin_cache(cos, sin, *, rotary_dim, source="compat", base=None, att
     keep_alive = []
     spec = _CacheSpec()
     spec.struct_size = ctypes.sizeof(_CacheSpec)
-    spec.source = _SOURCES.get(source, -1)
+    if source not in ("compat", "precise"):
+        raise RopeError(2, f"source={source!r}: the builder computes the tables, 'compat' or 'precise'")
+    spec.source = _SOURCES[source]
     spec.rotary_dim = _int(rotary_dim, "rotary_dim", 32)
     pairs = spec.rotary_dim // 2
     spec.scaling, spec.base, spec.attn_factor = _scaling(scaling, pairs, keep_alive, base, attn_factor)

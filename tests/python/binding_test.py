@@ -404,6 +404,25 @@ class Binding(unittest.TestCase):
                     ropegen.rope(**arguments)
                 self.assertNotIsInstance(raised.exception, ropegen.RopeError)  # no library status applies
 
+    def test_arguments_the_call_would_not_read_are_refused(self):
+        q = np.ones((1, 2, 1, 64), np.float32)
+        cos, sin = np.zeros((4, 32), np.float32), np.zeros((4, 32), np.float32)
+        cases = {"cos_cache/sin_cache with source='compat'": dict(cos_cache=cos, sin_cache=sin),
+                 "offset=3 with positions": dict(positions=np.zeros((1, 2), np.int32), offset=3),
+                 "positions_kind='table' without positions": dict(positions_kind="table")}
+        for message, arguments in cases.items():
+            with self.subTest(message):
+                with self.assertRaises(ropegen.RopeError) as raised:
+                    ropegen.rope(q, **arguments)
+                self.assertEqual(raised.exception.status, "ROPE_ERR_BAD_VALUE")
+                self.assertIn(message, str(raised.exception))
+        with self.assertRaises(ropegen.RopeError) as raised:
+            ropegen.build_cos_sin_cache(cos, sin, rotary_dim=64, source="Compat")
+        self.assertEqual(raised.exception.status, "ROPE_ERR_BAD_ENUM")
+        self.assertIn("source='Compat'", str(raised.exception))
+        self.assertTrue((q == 1).all())
+        self.assertTrue((cos == 0).all())
+
     def test_integers_that_would_wrap_in_the_c_fields_are_refused(self):
         q = np.ones((1, 2, 1, 64), np.float32)
         cases = {"rotary_dim=4294967360": dict(rotary_dim=2 ** 32 + 64),

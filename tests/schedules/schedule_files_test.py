@@ -195,7 +195,22 @@ class TunedFileTest(unittest.TestCase):
         doc = tuned_doc()
         doc["kernels"].append(copy.deepcopy(doc["kernels"][0]))
         self.assert_rejected(self.write(doc), "kernels[1].match:", "is also the match of kernels[0]",
-                             "one entry per kernel")
+                             "one entry per match")
+
+    def test_measured_is_required_and_an_object(self):
+        doc = tuned_doc()
+        doc["kernels"][0]["measured"] = 1.5
+        self.assert_rejected(self.write(doc), "kernels[0].measured: 1.5 must be an object")
+        del doc["kernels"][0]["measured"]
+        self.assert_rejected(self.write(doc), "kernels[0]: missing key(s) ['measured']")
+
+    def test_cuda_pair_threads_within_the_block(self):
+        doc = tuned_doc("cuda-sm86", GPU_PARAMS)
+        doc["kernels"][0]["params"]["gpu"]["pair_threads"] = 256  # threads_per_block 128
+        path = self.write(doc, directory="cuda-sm86")
+        with self.assertRaisesRegex(rk.ScheduleError, re.escape(
+                f"{path}: kernels[0].params: gpu.pair_threads 256 exceeds gpu.threads_per_block 128")):
+            rk.load_tuned_file(path, "cuda-sm86", HALIDE, ROPEGEN)
 
     def test_machine_must_be_the_file_name(self):
         self.assert_rejected(self.write(tuned_doc(), machine="other-box"),
@@ -280,6 +295,22 @@ class DefaultFileRulesTest(unittest.TestCase):
         self.doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())
         self.doc["kernels"][1]["note"] = ["a list"]
         self.assert_rejected(self.write(), 'kernels[1].note: ["a list"] must be a string')
+
+    def test_one_entry_per_match(self):
+        self.doc["kernels"].append(copy.deepcopy(self.doc["kernels"][1]))
+        last = len(self.doc["kernels"]) - 1
+        self.assert_rejected(self.write(), f"kernels[{last}].match:", "is also the match of kernels[1]", "merge the two")
+
+    def test_words_where_the_match_excludes_every_kernel_that_reads_it(self):
+        for match, knob in (({"dtype": "f32"}, "half_rotation"), ({"style": "half"}, "interleaved_rotation"),
+                            ({"head_dim": 0}, "interleaved_rotation")):
+            with self.subTest(match=match, knob=knob):
+                self.doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())
+                self.doc["kernels"].append({"match": {**dict.fromkeys(rk.MATCH_KEYS, "*"), **match},
+                                            "params": {knob: "words"}})
+                last = len(self.doc["kernels"]) - 1
+                self.assert_rejected(self.write(), f'kernels[{last}].params.{knob}: "words" is read by fixed head_dim',
+                                     "which this entry's match excludes")
 
     def test_conflicts_anywhere_in_the_key_grid(self):
         # Equally specific, both set vector_pairs, and both match only the interleaved f16 kernels.
@@ -383,6 +414,17 @@ class CommandLineTest(unittest.TestCase):
         result, _ = self.run_script("none", schedules=schedules)
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("both set ['vector_pairs'] for kernel", result.stderr)
+
+    def test_a_head_dim_that_is_not_an_integer(self):
+        result = subprocess.run(
+            [sys.executable, str(SCRIPT), "--schedules", str(REPO / "schedules"), "--tuned-machine", "none",
+             "--halide-version", HALIDE, "--ropegen-version", ROPEGEN, "--arch", "x86_64", "--isas", "avx512",
+             "--cuda", "", "--dtypes", "f32", "--head-dims", "12x;0", "--out-cmake", str(self.root / "kernels.cmake"),
+             "--out-inc", str(self.root / "kernels.inc")],
+            capture_output=True, text=True, check=False)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("ROPEGEN_HEAD_DIMS: '12x;0': invalid literal for int()", result.stderr)
+        self.assertNotIn("Traceback", result.stderr)
 
     def test_host_without_files_uses_defaults(self):
         self.write_tuned()  # another machine's

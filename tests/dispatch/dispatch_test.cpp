@@ -68,10 +68,10 @@ rope_isa isa_from_cpuinfo(std::string *why) {
         *why = "/proc/cpuinfo has no flags line";
         return ROPE_ISA_NONE;
     }
-    if (!has_all(flags, {"sse4_1"})) {
+    if (!has_all(flags, {"pni", "ssse3", "sse4_1"})) {  // pni: SSE3
         return ROPE_ISA_NONE;
     }
-    if (!has_all(flags, {"avx", "avx2", "fma", "f16c"})) {
+    if (!has_all(flags, {"avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "abm", "popcnt", "movbe"})) {  // abm: LZCNT
         return ROPE_ISA_SSE41;
     }
     return has_all(flags, {"avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl"}) ? ROPE_ISA_AVX512 : ROPE_ISA_AVX2;

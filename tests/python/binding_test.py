@@ -404,18 +404,22 @@ class Binding(unittest.TestCase):
                     ropegen.rope(**arguments)
                 self.assertNotIsInstance(raised.exception, ropegen.RopeError)  # no library status applies
 
-    def test_arguments_the_call_would_not_read_are_refused(self):
-        q = np.ones((1, 2, 1, 64), np.float32)
-        cos, sin = np.zeros((4, 32), np.float32), np.zeros((4, 32), np.float32)
-        cases = {"cos_cache/sin_cache with source='compat'": dict(cos_cache=cos, sin_cache=sin),
-                 "offset=3 with positions": dict(positions=np.zeros((1, 2), np.int32), offset=3),
-                 "positions_kind='table' without positions": dict(positions_kind="table")}
+    def assert_bad_values(self, q, cases):
+        """Each of `cases` ({message: rope() arguments}) refused with ROPE_ERR_BAD_VALUE and the message."""
         for message, arguments in cases.items():
             with self.subTest(message):
                 with self.assertRaises(ropegen.RopeError) as raised:
                     ropegen.rope(q, **arguments)
                 self.assertEqual(raised.exception.status, "ROPE_ERR_BAD_VALUE")
                 self.assertIn(message, str(raised.exception))
+
+    def test_arguments_the_call_would_not_read_are_refused(self):
+        q = np.ones((1, 2, 1, 64), np.float32)
+        cos, sin = np.zeros((4, 32), np.float32), np.zeros((4, 32), np.float32)
+        cases = {"cos_cache/sin_cache with source='compat'": dict(cos_cache=cos, sin_cache=sin),
+                 "offset=3 with positions": dict(positions=np.zeros((1, 2), np.int32), offset=3),
+                 "positions_kind='table' without positions": dict(positions_kind="table")}
+        self.assert_bad_values(q, cases)
         with self.assertRaises(ropegen.RopeError) as raised:
             ropegen.build_cos_sin_cache(cos, sin, rotary_dim=64, source="Compat")
         self.assertEqual(raised.exception.status, "ROPE_ERR_BAD_ENUM")
@@ -431,12 +435,7 @@ class Binding(unittest.TestCase):
                  "mrope_section[0]=4294967304": dict(positions=np.zeros((3, 1, 2), np.int64),
                                                      mrope_section=[2 ** 32 + 8, 12, 12]),
                  "num_threads=4294967297": dict(num_threads=2 ** 32 + 1)}
-        for message, arguments in cases.items():
-            with self.subTest(message):
-                with self.assertRaises(ropegen.RopeError) as raised:
-                    ropegen.rope(q, **arguments)
-                self.assertEqual(raised.exception.status, "ROPE_ERR_BAD_VALUE")
-                self.assertIn(message, str(raised.exception))
+        self.assert_bad_values(q, cases)
         with self.assertRaisesRegex(TypeError, "^rotary_dim=64.0: an integer"):
             ropegen.rope(q, rotary_dim=64.0)
         with self.assertRaisesRegex(ropegen.RopeError, "rotary_dim=4294967360"):

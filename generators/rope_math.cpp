@@ -57,9 +57,8 @@ Expr depends_on_length(const Scaling &scaling) {
 Expr scaled_inv_freq(bool compat, const Expr &pair, const Expr &base, const Expr &rotary_dim, const Scaling &sc,
                      const Expr &length) {
     // compat computes in f32 where transformers does (torch tensors) and in f64 where it uses
-    // Python floats (scalars of the config), converting at the same points. Not strict_float
-    // (it multiplies generation time by 50): the backend may fuse a multiply-add, an ulp of
-    // inv_freq that spec §7's bound against transformers allows.
+    // Python floats (scalars of the config), converting at the same points; the kernels'
+    // strict_float target keeps each step rounded as written (no fused multiply-add).
     const Halide::Type real = compat ? Halide::Float(32) : Halide::Float(64);
     auto to_real = [&](const Expr &value) { return cast(real, value); };
     auto pow_real = [&](const Expr &x, const Expr &y) {  // powf / pow, x > 0
@@ -88,8 +87,10 @@ Expr scaled_inv_freq(bool compat, const Expr &pair, const Expr &base, const Expr
         return rotary * Halide::log(orig / (cast<double>(rotations) * f64(2 * M_PI))) / (2 * Halide::log(cast<double>(base)));
     };
     Expr low = correction(sc.beta_fast), high = correction(sc.beta_slow);
-    low = Halide::max(select(sc.yarn_truncate, Halide::floor(low), low), f64(0));
-    high = Halide::min(select(sc.yarn_truncate, Halide::ceil(high), high), rotary - 1);
+    // Both bounds clamped to [0, R-1] (transformers clamps low only below and high only above,
+    // which inverts the ramp when every pair lies on one side of it).
+    low = Halide::clamp(select(sc.yarn_truncate, Halide::floor(low), low), f64(0), rotary - 1);
+    high = Halide::clamp(select(sc.yarn_truncate, Halide::ceil(high), high), f64(0), rotary - 1);
     high = select(low == high, high + f64(0.001), high);
     const Expr ramp = Halide::clamp((to_real(pair) - to_real(low)) / to_real(high - low), to_real(0), one);
     const Expr extrapolation = one - ramp;

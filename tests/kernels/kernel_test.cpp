@@ -418,6 +418,16 @@ TEST_P(ScalingTest, EveryScaling) {
              c.positions.mode = PositionMode::BatchOffsets;
              c.positions.values = {7, 3000};
          }},
+        // The ramp's bounds clamped to [0, R-1] on both sides (spec §6): every pair's correction
+        // dimension below 0 (orig 4: every pair interpolated but pair 0) or above R-1 (base 100,
+        // orig 2^21: every pair extrapolated). transformers clamps low only below and high only
+        // above, which gives the opposite in both.
+        {"yarn, ramp bounds below 0", ROPE_SCALING_YARN, [](CaseSpec &c) { c.scaling.original_max = 4; }},
+        {"yarn, ramp bounds above R-1", ROPE_SCALING_YARN,
+         [](CaseSpec &c) {
+             c.base = 100;
+             c.scaling.original_max = int64_t{1} << 21;
+         }},
         {"longrope, per sequence", ROPE_SCALING_LONGROPE, [](CaseSpec &c) { c.scaling.max_positions = 16 * kOriginalMax; }},
         // A sequence ending at the last int32 position is 2^31 tokens long: longer than orig
         // (a length computed in int32 wraps to -2^31, and the sequence took the short branch).

@@ -354,6 +354,34 @@ TEST(Oracle, CompatFrequenciesAndAngles) {
     EXPECT_EQ(static_cast<double>(ref::exact_angle(16777215, 0, 128, 10000.0)), 16777215.0);
 }
 
+// YaRN's ramp bounds clamped to [0, R-1] on both sides (spec §6), in both precisions: where every
+// correction dimension lies below 0 every pair but pair 0 is interpolated (inv_freq / f), where
+// every one lies above R-1 every pair is extrapolated (the unscaled inv_freq).
+TEST(Oracle, YarnRampBoundsClampedOnBothSides) {
+    constexpr int kRotary = 128;
+    ref::Scaling yarn;
+    yarn.type = ROPE_SCALING_YARN;
+    yarn.factor = 8;
+    yarn.original_max = 4;  // corr(beta_slow = 1) = 128 ln(4 / 2pi) / (2 ln 10^4) < 0
+    const std::vector<float> plain = ref::compat_inv_freq(10000.0, kRotary);
+    const std::vector<float> compat = ref::compat_scaled_inv_freq(10000.0, kRotary, yarn, 1);
+    const std::vector<long double> exact = ref::exact_scaled_inv_freq(10000.0, kRotary, yarn, 1);
+    EXPECT_EQ(compat[0], plain[0]);
+    EXPECT_NEAR(static_cast<double>(exact[0]), 1.0, 1e-15);
+    for (int i = 1; i < kRotary / 2; i++) {
+        EXPECT_NEAR(compat[i], plain[i] / 8, plain[i] * 1e-6) << "pair " << i;
+        EXPECT_NEAR(static_cast<double>(exact[i]), std::pow(10000.0, -2.0 * i / kRotary) / 8, 1e-15) << "pair " << i;
+    }
+    yarn.original_max = int64_t{1} << 21;  // base 100: corr(beta_fast = 32) > R - 1
+    const std::vector<float> plain100 = ref::compat_inv_freq(100.0, kRotary);
+    const std::vector<float> compat100 = ref::compat_scaled_inv_freq(100.0, kRotary, yarn, 1);
+    const std::vector<long double> exact100 = ref::exact_scaled_inv_freq(100.0, kRotary, yarn, 1);
+    for (int i = 0; i < kRotary / 2; i++) {
+        EXPECT_NEAR(compat100[i], plain100[i], plain100[i] * 1e-6) << "pair " << i;
+        EXPECT_NEAR(static_cast<double>(exact100[i]), std::pow(100.0, -2.0 * i / kRotary), 1e-15) << "pair " << i;
+    }
+}
+
 TEST(Oracle, CacheRows) {
     const ref::CosSinCache cache = ref::build_cache(10, 8, 6, 10000.0, 0.5);
     EXPECT_EQ(cache.cos[0], 0.5f);

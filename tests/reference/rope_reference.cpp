@@ -230,8 +230,8 @@ std::pair<double, double> yarn_bounds(double base, int rotary_dim, const Scaling
         low = std::floor(low);
         high = std::ceil(high);
     }
-    low = std::max(low, 0.0);
-    high = std::min(high, rotary_dim - 1.0);
+    low = std::clamp(low, 0.0, rotary_dim - 1.0);  // both bounds (spec §6), unlike transformers
+    high = std::clamp(high, 0.0, rotary_dim - 1.0);
     return {low, low == high ? high + 0.001 : high};
 }
 

@@ -281,10 +281,13 @@ def _scaling(scaling, pairs, keep_alive, base, attn_factor):
     if rope_type not in _SCALINGS:
         raise RopeError(2, f"scaling rope_type={rope_type!r}: one of {', '.join(_SCALINGS)}")
     out.type = _SCALINGS[rope_type]
-    out.factor = float(scaling.get("factor") or 0.0)
+    factor = scaling.get("factor")
     original = scaling.get("original_max_position_embeddings")
     if rope_type == "dynamic" and original is None:  # transformers' dynamic NTK grows from max_position_embeddings
         original = scaling.get("max_position_embeddings")
+    if rope_type == "yarn" and factor is None and original and scaling.get("max_position_embeddings"):
+        factor = scaling["max_position_embeddings"] / original  # transformers' YaRN without a factor (DeepSeek-V3)
+    out.factor = float(factor or 0.0)
     out.original_max_positions = _int(original or 0, "scaling['original_max_position_embeddings']", 64)
     out.max_positions = _int(scaling.get("max_position_embeddings") or 0, "scaling['max_position_embeddings']", 64)
     out.low_freq_factor = float(scaling.get("low_freq_factor") or 0.0)

@@ -404,6 +404,17 @@ class Binding(unittest.TestCase):
                     ropegen.rope(**arguments)
                 self.assertNotIsInstance(raised.exception, ropegen.RopeError)  # no library status applies
 
+    def test_yarn_without_a_factor_takes_the_ratio_of_the_lengths(self):
+        # transformers: factor = max_position_embeddings / original_max_position_embeddings.
+        q = self.rng.uniform(-1, 1, (1, 4, 2, 64)).astype(np.float32)
+        lengths = {"original_max_position_embeddings": 16, "max_position_embeddings": 128}
+        positions = np.array([[0, 5, 90, 127]], np.int32)
+        got, want = np.empty_like(q), np.empty_like(q)
+        ropegen.rope(q, q_out=got, positions=positions, scaling={"rope_type": "yarn", **lengths})
+        ropegen.rope(q, q_out=want, positions=positions, scaling={"rope_type": "yarn", "factor": 8.0, **lengths})
+        np.testing.assert_array_equal(got, want)
+        self.assertFalse(np.array_equal(got, q))
+
     def assert_bad_values(self, q, cases):
         """Each of `cases` ({message: rope() arguments}) refused with ROPE_ERR_BAD_VALUE and the message."""
         for message, arguments in cases.items():

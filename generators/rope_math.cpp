@@ -101,11 +101,13 @@ Expr scaled_inv_freq(bool compat, const Expr &pair, const Expr &base, const Expr
 
     // LLAMA3: wavelengths beyond orig/low_freq_factor are interpolated, those below
     // orig/high_freq_factor kept, smoothly in between.
-    const Expr wavelen = two_pi / inv_freq;
+    // torch divides a Python scalar by a tensor as the tensor's reciprocal times the scalar (two
+    // roundings); compat does the same (a tensor divided by a scalar is a true division).
+    const Expr wavelen = (one / inv_freq) * two_pi;
     const Expr low_wavelen = to_real(orig / cast<double>(sc.low_freq_factor));
     const Expr high_wavelen = to_real(orig / cast<double>(sc.high_freq_factor));
     const Expr interpolated = select(wavelen > low_wavelen, inv_freq / factor, inv_freq);
-    const Expr smooth = (to_real(orig) / wavelen - to_real(sc.low_freq_factor)) /
+    const Expr smooth = ((one / wavelen) * to_real(orig) - to_real(sc.low_freq_factor)) /
                         to_real(cast<double>(sc.high_freq_factor) - cast<double>(sc.low_freq_factor));
     const Expr smoothed = (one - smooth) * interpolated / factor + smooth * interpolated;
     const Expr medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);

@@ -270,11 +270,12 @@ std::vector<float> compat_scaled_inv_freq(double base, int rotary_dim, const Sca
                 value = 1.0f / ((longer ? sc.long_factor : sc.short_factor)[i] * pos_freq);
                 break;
             case ROPE_SCALING_LLAMA3: {
-                const float wavelen = static_cast<float>(2 * M_PI) / inv_freq;
+                // torch's scalar / tensor: the reciprocal times the scalar.
+                const float wavelen = (1.0f / inv_freq) * static_cast<float>(2 * M_PI);
                 const auto low_wavelen = static_cast<float>(sc.original_max / sc.low_freq_factor);
                 const auto high_wavelen = static_cast<float>(sc.original_max / sc.high_freq_factor);
                 const float interpolated = wavelen > low_wavelen ? inv_freq / factor : inv_freq;
-                const float smooth = (static_cast<float>(sc.original_max) / wavelen - static_cast<float>(sc.low_freq_factor)) /
+                const float smooth = ((1.0f / wavelen) * static_cast<float>(sc.original_max) - static_cast<float>(sc.low_freq_factor)) /
                                      static_cast<float>(sc.high_freq_factor - sc.low_freq_factor);
                 const float scaled_down = (1.0f - smooth) * interpolated / factor;
                 const float kept = smooth * interpolated;

@@ -117,7 +117,8 @@ def rope_table(results):
              "|---|---|---|---|---|---|---:|---:|---:|---:|"]
     for run in results.of_kind("rope"):
         vs_memcpy = ratio(results.memcpy_seconds(run), run["seconds"])
-        vs_scalar = ratio(results.scalar_seconds(run), run["seconds"])
+        # The scalar loop reads the cache: no like-for-like loop of the computed sources.
+        vs_scalar = ratio(results.scalar_seconds(run), run["seconds"]) if run["source"] == "cache" else None
         lines.append(f"| {run['shape']} | {run['dtype']} | {run['style']} | {run['source']} | {run['threads']} "
                      f"| `{run['label']}` | {fmt_time(run['seconds'])} | {fmt(run['gbps'], 1)} "
                      f"| {fmt(vs_memcpy)} | {fmt(vs_scalar)} |")
@@ -125,7 +126,7 @@ def rope_table(results):
 
 
 def in_place_table(results):
-    lines = ["| shape | dtype | style | source | threads | kernel | time | GB/s | vs memcpy | vs scalar in place "
+    lines = ["| shape | dtype | style | source | threads | kernel | time | GB/s | vs memcpy (out of place) | vs scalar in place "
              "| in place / out of place |",
              "|---|---|---|---|---|---|---:|---:|---:|---:|---:|"]
     for run in results.of_kind("rope_inplace"):
@@ -194,7 +195,7 @@ def acceptance(results):
          cases(decode8, lambda r: ratio(r["seconds"], results.memcpy_seconds(r))), lambda run: True),
         ("decode batch-8 f32 time / scalar-loop time", ("<", 1.0),
          cases(decode8, lambda r: ratio(r["seconds"], results.scalar_seconds(r))), lambda run: True),
-        ("decode batch-8 f32 in place: time / memcpy time", ("<=", 1.5),
+        ("decode batch-8 f32 in place: time / out-of-place memcpy time", ("<=", 1.5),
          cases(decode8_in_place, lambda r: ratio(r["seconds"], results.memcpy_seconds(r))), lambda run: True),
         ("decode batch-8 f32 in place: time / in-place scalar-loop time", ("<", 1.0),
          cases(decode8_in_place, lambda r: ratio(r["seconds"], results.scalar_seconds(r, "scalar_inplace"))), lambda run: True),
@@ -262,7 +263,7 @@ def report(doc, json_path, script_command):
     results = Results(load_runs(doc))
     lines = ["## Results", "", *stamp(doc.get("context", {}), json_path, script_command), "",
              "`vs memcpy` = memcpy time of the same bytes at the same thread count / time (1.00 = memcpy speed);",
-             "`vs scalar` = scalar-loop time (same shape, dtype, style, threads) / time (> 1 = faster).", "",
+             "`vs scalar` = scalar-loop time (same shape, dtype, style, threads; cache source) / time (> 1 = faster).", "",
              "### Acceptance targets", "", *acceptance_table(results), "",
              "### rope_dispatch", "", *rope_table(results), "",
              "### rope_dispatch in place (q_out = q, k_out = k; decode steps)", "",

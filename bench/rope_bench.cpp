@@ -290,10 +290,12 @@ ScalarRopeArgs scalar_args(const Workspace &ws, rope_style style, bool in_place)
     return args;
 }
 
-// The scalar baseline, tokens split evenly over the threads (as an engine would split them).
+// The scalar baseline, tokens split evenly over the threads (as an engine would split them; no
+// empty part, so a one-token call stays on the calling thread, as the library keeps it).
 void scalar_qk(const ScalarRopeArgs &args, int64_t tokens, int threads) {
-    run_parts(threads, [&](int part) {
-        scalar_rope(args, tokens * part / threads, tokens * (part + 1) / threads);
+    const int parts = static_cast<int>(std::clamp<int64_t>(tokens, 1, threads));
+    run_parts(parts, [&](int part) {
+        scalar_rope(args, tokens * part / parts, tokens * (part + 1) / parts);
     });
 }
 
@@ -386,7 +388,7 @@ double timed_loop(benchmark::State &state, Body &&body) {
 void set_counters(benchmark::State &state, const Workspace &ws, int threads, double seconds, double memcpy_s) {
     state.SetBytesProcessed(state.iterations() * ws.moved_bytes());
     state.SetItemsProcessed(state.iterations() * ws.tokens());
-    state.counters["threads"] = threads;
+    state.counters["pool_threads"] = threads;  // not "threads": Google Benchmark's own field
     if (memcpy_s > 0 && seconds > 0) {
         state.counters["memcpy_ratio"] = memcpy_s / seconds;
     }
@@ -690,15 +692,28 @@ int bench_threads() {
     return std::max(1u, std::thread::hardware_concurrency());
 }
 
+// The model name with family, model and stepping: VMs name different CPUs alike ("AMD EPYC").
 std::string cpu_model() {
     std::ifstream cpuinfo("/proc/cpuinfo");
-    for (std::string line; std::getline(cpuinfo, line);) {
+    std::string name = "unknown", family, model, stepping;
+    for (std::string line; std::getline(cpuinfo, line) && line.find_first_not_of(" \t") != std::string::npos;) {
+        const size_t colon = line.find(':');
+        if (colon == std::string::npos) {
+            continue;
+        }
+        const size_t start = line.find_first_not_of(" \t", colon + 1);
+        const std::string value = start == std::string::npos ? "" : line.substr(start);
         if (line.rfind("model name", 0) == 0) {
-            const size_t colon = line.find(':');
-            return colon == std::string::npos ? line : line.substr(line.find_first_not_of(" \t", colon + 1));
+            name = value;
+        } else if (line.rfind("cpu family", 0) == 0) {
+            family = value;
+        } else if (line.rfind("model", 0) == 0) {
+            model = value;
+        } else if (line.rfind("stepping", 0) == 0) {
+            stepping = value;
         }
     }
-    return "unknown";
+    return family.empty() ? name : name + " (family " + family + " model " + model + " stepping " + stepping + ")";
 }
 
 void add_context(int argc, char **argv) {

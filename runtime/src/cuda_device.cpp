@@ -402,12 +402,15 @@ extern "C" void *halide_cuda_get_symbol(void *, const char *name) {
 }
 
 extern "C" rope_status rope_cuda_release_context(void *context) {
-    ropegen::ensure_initialized();
-    if (context == nullptr || !ropegen::cuda::driver().error.empty()) {
-        return ROPE_OK;  // nothing was ever loaded on it
-    }
-    ropegen::CallContext call(nullptr, 1);
-    call.cuda_context = context;
-    halide_device_release(&call, halide_cuda_device_interface());
-    return ROPE_OK;
+    // No exception crosses the ABI: loading the driver builds strings (std::bad_alloc).
+    return ropegen::without_exceptions(nullptr, [&] {
+        ropegen::ensure_initialized();
+        if (context == nullptr || !ropegen::cuda::driver().error.empty()) {
+            return ROPE_OK;  // nothing was ever loaded on it
+        }
+        ropegen::CallContext call(nullptr, 1);
+        call.cuda_context = context;
+        halide_device_release(&call, halide_cuda_device_interface());
+        return ROPE_OK;
+    });
 }

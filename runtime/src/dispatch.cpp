@@ -262,7 +262,7 @@ std::string halide_message(const rope_report *report) {
 
 // What went wrong inside a kernel, and what it means for the outputs. Only a failure of a loop
 // that had already started (an engine's runner or a task) or a runtime error (a CUDA launch: the
-// launches after it are not skipped) can leave outputs partly written.
+// launches enqueued before it still run) can leave outputs partly written.
 std::string failure_message(const CallContext &context, const KernelEntry &kernel, bool earlier_slices_written) {
     const int64_t detail = context.failure_detail();
     const std::string written = earlier_slices_written ? "; the slices of the call before it were written"

@@ -9,7 +9,9 @@
 // and every later parallel loop of that call is skipped; since every output of a CPU kernel is
 // written inside a parallel loop, a failure seen before the first output loop starts leaves the
 // outputs untouched. A CUDA kernel's launches are no parallel loops: after a runtime error (a
-// failed launch) the later launches still run, and the call says outputs may be partly written.
+// failed launch) the call gets no context (cuda_device.cpp's acquire_context), so its later
+// launches are skipped; those enqueued before it still run, and the call says outputs may be
+// partly written.
 #include <HalideRuntime.h>
 #include <pthread.h>
 #include <sys/mman.h>

@@ -21,7 +21,8 @@
  *    varlen sequence, a decode step's part, a slice of a call split for 32-bit indexing).
  *  - CUDA calls (rope_params.device, below) run on the caller's context and stream, with the
  *    caller's device pointers, and never synchronize. A launch that fails returns
- *    ROPE_ERR_DEVICE; the call's other launches still run, so outputs may be partly written.
+ *    ROPE_ERR_DEVICE; the call's later launches are skipped and those enqueued before it still
+ *    run, so outputs may be partly written.
  *  - rope_dispatch() is thread-safe and re-entrant. A computed-source call reserves its cos/sin
  *    scratch in one allocation before any kernel runs; if that fails, or a worker thread of the
  *    library's pool cannot start, the call returns ROPE_ERR_INTERNAL with every output untouched.
@@ -260,7 +261,7 @@ typedef struct rope_params {
      * the calling thread's current context when `stream` is NULL. The kernel is enqueued on
      * `stream` (NULL: that context's legacy default stream) and the call returns at once: it
      * never synchronizes, never creates a context, never allocates or copies device memory, and
-     * num_threads is ignored. Validation is as for the CPU, and every view must lie inside one
+     * num_threads is ignored (it must still be >= 0). Validation is as for the CPU, and every view must lie inside one
      * device allocation (or VMM chunks, cuMemMap, mapped back to back) of the call's context or, for
      * memory of no context, of its device, except that positions in device memory are not read
      * (that would synchronize): the kernel takes a position as 32 bits (the low word of an int64

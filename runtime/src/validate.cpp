@@ -979,7 +979,8 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
     if (const TableOverlap overlap = output_over_a_read_table(*call, ranges); overlap.table != nullptr) {
         f.fail(ROPE_ERR_OVERLAP) << kTensorNames[overlap.output] << " ("
                                  << bytes_text(ranges[overlap.output].first, ranges[overlap.output].last) << ") overlaps "
-                                 << overlap.table << " (" << bytes_text(overlap.first, overlap.last) << "); an output must share no byte with a table the call reads (spec §4)";
+                                 << overlap.table << " (" << bytes_text(overlap.first, overlap.last)
+                                 << "); an output must share no byte with a table the call reads (spec §4)";
         return f.finish();
     }
     // A kernel measures a sequence's length on the tokens it is given (spec §6), and a call with a

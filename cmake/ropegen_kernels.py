@@ -200,8 +200,10 @@ def _load_entries(path, target, tuned):
         complete = all(value == "*" for value in match.values())
         _check_params(f"{where}.params", entry["params"], complete=complete, gpu=target.startswith("cuda-"))
         for knob, style, plain in PAIR_WORDS_KNOBS:
-            if entry["params"].get(knob) == "words" and (match["style"] not in ("*", style) or match["dtype"] == "f32"
-                                                         or match["head_dim"] == 0):
+            matched = (dict(zip(MATCH_KEYS, values)) for values in itertools.product(*MATCH_KEYS.values()))
+            if entry["params"].get(knob) == "words" and not any(
+                    key["style"] == style and stores_pair_words(key, {knob: "words"})
+                    for key in matched if all(match[k] in ("*", key[k]) for k in MATCH_KEYS)):
                 raise ScheduleError(f"{where}.params.{knob}: \"words\" is read by fixed head_dim f16 and bf16 kernels of "
                                     f"the {style} style only, which this entry's match excludes (for its kernels it would "
                                     f"mean {json.dumps(plain)}); set it there, or drop it")

@@ -754,11 +754,6 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
 
     // Tensors: presence, dtype, shapes, strides (spec §4).
     call->has_k = p.k.data != nullptr;
-    if (!call->has_k) {
-        // k_out is not part of a call without k (rope.h): emptied in the validated copy, so that
-        // no later step (kernel choice, alignment, slicing) reads what the caller left in it.
-        call->params.k = call->params.k_out = rope_tensor{};
-    }
     const rope_tensor *tensors[] = {&p.q, &p.k, &p.q_out, &p.k_out};
     ByteRange ranges[4] = {{0, 0, true}, {0, 0, true}, {0, 0, true}, {0, 0, true}};  // k's stay empty without k
     for (int i = 0; i < 4; i++) {

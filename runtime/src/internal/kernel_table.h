@@ -111,9 +111,11 @@ inline bool tensor_aligned(const rope_tensor &t, uintptr_t alignment, int64_t st
 }
 
 /// True when `kernel` may serve `params` as they lie in memory: one that stores 32-bit words
-/// (pair_words) needs q_out and k_out 4-byte aligned, with even strides where it steps.
+/// (pair_words) needs q_out and k_out 4-byte aligned, with even strides where it steps (k_out
+/// only with k: without, it is not part of the call).
 inline bool pair_words_fit(const KernelEntry &kernel, const rope_params &params) {
-    return !kernel.pair_words || (tensor_aligned(params.q_out, 4, 2) && tensor_aligned(params.k_out, 4, 2));
+    return !kernel.pair_words ||
+           (tensor_aligned(params.q_out, 4, 2) && (params.k.data == nullptr || tensor_aligned(params.k_out, 4, 2)));
 }
 
 /// Validates `params` like rope_dispatch(), then runs `kernel` (which must match, else

@@ -7,9 +7,10 @@
     bench/bench_table.py results.json --no-readme     # prints only
 
 Benchmark names are "kind/key:value/..." (kind: rope, rope_inplace, memcpy, copy, scalar,
-scalar_inplace, call); the ratios pair a rope row with the memcpy and scalar rows of the same
-shape, dtype (style) and thread count, an in-place row with the in-place scalar row.
-With --benchmark_repetitions the "median" aggregate is used. Python standard library only.
+scalar_inplace, call). The `vs memcpy` and `vs scalar` ratios are the rows' own counters,
+memcpy_ratio and scalar_ratio, which rope_bench measures paired (the row's call and the baseline
+timed in alternation), not ratios of rows timed minutes apart. With --benchmark_repetitions the
+"median" aggregate is used. Python standard library only.
 """
 import argparse
 import datetime
@@ -55,7 +56,8 @@ def load_runs(doc):
         run["seconds"] = statistics.median(e["real_time"] * UNIT_SECONDS[e.get("time_unit", "ns")] for e in chosen)
         bytes_per_second = median_of("bytes_per_second")
         run["gbps"] = bytes_per_second / 1e9 if bytes_per_second else None
-        run["memcpy_ratio_counter"] = median_of("memcpy_ratio")
+        run["memcpy_ratio"] = median_of("memcpy_ratio")
+        run["scalar_ratio"] = median_of("scalar_ratio")
         run["label"] = chosen[0].get("label", "")
         runs.append(run)
     return runs
@@ -96,32 +98,24 @@ class Results:
         fields.update(override)
         return self.index.get((kind,) + tuple(fields[k] for k in CASE_KEYS))
 
-    def memcpy_seconds(self, run):
-        baseline = self.find("memcpy", run, style=None, source=None)
-        if baseline:
-            return baseline["seconds"]
-        ratio = run.get("memcpy_ratio_counter")  # the in-process measurement, when no memcpy row ran
-        return ratio * run["seconds"] if ratio else None
-
-    def scalar_seconds(self, run, kind="scalar"):
-        baseline = self.find(kind, run, source=None)
-        return baseline["seconds"] if baseline else None
 
 
 def ratio(numerator, denominator):
     return numerator / denominator if numerator and denominator else None
 
 
+def inverse(value):
+    return 1 / value if value else None
+
+
 def rope_table(results):
     lines = ["| shape | dtype | style | source | threads | kernel | time | GB/s | vs memcpy | vs scalar |",
              "|---|---|---|---|---|---|---:|---:|---:|---:|"]
     for run in results.of_kind("rope"):
-        vs_memcpy = ratio(results.memcpy_seconds(run), run["seconds"])
-        # The scalar loop reads the cache: no like-for-like loop of the computed sources.
-        vs_scalar = ratio(results.scalar_seconds(run), run["seconds"]) if run["source"] == "cache" else None
+        # scalar_ratio: cache-source rows only (the scalar loop reads the cache).
         lines.append(f"| {run['shape']} | {run['dtype']} | {run['style']} | {run['source']} | {run['threads']} "
                      f"| `{run['label']}` | {fmt_time(run['seconds'])} | {fmt(run['gbps'], 1)} "
-                     f"| {fmt(vs_memcpy)} | {fmt(vs_scalar)} |")
+                     f"| {fmt(run['memcpy_ratio'])} | {fmt(run['scalar_ratio'])} |")
     return lines
 
 
@@ -133,8 +127,7 @@ def in_place_table(results):
         out_of_place = results.find("rope", run)
         lines.append(f"| {run['shape']} | {run['dtype']} | {run['style']} | {run['source']} | {run['threads']} "
                      f"| `{run['label']}` | {fmt_time(run['seconds'])} | {fmt(run['gbps'], 1)} "
-                     f"| {fmt(ratio(results.memcpy_seconds(run), run['seconds']))} "
-                     f"| {fmt(ratio(results.scalar_seconds(run, 'scalar_inplace'), run['seconds']))} "
+                     f"| {fmt(run['memcpy_ratio'])} | {fmt(run['scalar_ratio'])} "
                      f"| {fmt(ratio(run['seconds'], out_of_place['seconds'] if out_of_place else None))} |")
     return lines
 
@@ -143,7 +136,7 @@ def baseline_table(results):
     lines = ["| baseline | shape | dtype | style | threads | time | GB/s | vs memcpy |",
              "|---|---|---|---|---|---:|---:|---:|"]
     for run in [run for kind in ("memcpy", "copy", "scalar", "scalar_inplace") for run in results.of_kind(kind)]:
-        vs_memcpy = ratio(results.memcpy_seconds(run), run["seconds"])
+        vs_memcpy = 1.0 if run["kind"] == "memcpy" else run["memcpy_ratio"]
         lines.append(f"| {run['kind']} | {run['shape']} | {run['dtype']} | {run.get('style') or '-'} "
                      f"| {run['threads']} | {fmt_time(run['seconds'])} | {fmt(run['gbps'], 1)} | {fmt(vs_memcpy)} |")
     return lines
@@ -190,15 +183,15 @@ def acceptance(results):
 
     return [
         ("prefill f32 bandwidth / memcpy bandwidth (same threads)", (">=", 0.9),
-         cases(prefill_f32, lambda r: ratio(results.memcpy_seconds(r), r["seconds"])), prefill_d128),
+         cases(prefill_f32, lambda r: r["memcpy_ratio"]), prefill_d128),
         ("decode batch-8 f32 time / memcpy time", ("<=", 1.5),
-         cases(decode8, lambda r: ratio(r["seconds"], results.memcpy_seconds(r))), lambda run: True),
+         cases(decode8, lambda r: inverse(r["memcpy_ratio"])), lambda run: True),
         ("decode batch-8 f32 time / scalar-loop time", ("<", 1.0),
-         cases(decode8, lambda r: ratio(r["seconds"], results.scalar_seconds(r))), lambda run: True),
+         cases(decode8, lambda r: inverse(r["scalar_ratio"])), lambda run: True),
         ("decode batch-8 f32 in place: time / out-of-place memcpy time", ("<=", 1.5),
-         cases(decode8_in_place, lambda r: ratio(r["seconds"], results.memcpy_seconds(r))), lambda run: True),
+         cases(decode8_in_place, lambda r: inverse(r["memcpy_ratio"])), lambda run: True),
         ("decode batch-8 f32 in place: time / in-place scalar-loop time", ("<", 1.0),
-         cases(decode8_in_place, lambda r: ratio(r["seconds"], results.scalar_seconds(r, "scalar_inplace"))), lambda run: True),
+         cases(decode8_in_place, lambda r: inverse(r["scalar_ratio"])), lambda run: True),
         ("bf16 prefill time / f32 time", ("<=", 0.6),
          pair_cases("dtype", "bf16", "f32", lambda run: run["shape"].startswith("prefill")),
          lambda run: prefill_d128(run) and run["source"] == "cache" and run["style"] == "half"),
@@ -263,7 +256,8 @@ def report(doc, json_path, script_command):
     results = Results(load_runs(doc))
     lines = ["## Results", "", *stamp(doc.get("context", {}), json_path, script_command), "",
              "`vs memcpy` = memcpy time of the same bytes at the same thread count / time (1.00 = memcpy speed);",
-             "`vs scalar` = scalar-loop time (same shape, dtype, style, threads; cache source) / time (> 1 = faster).", "",
+             "`vs scalar` = scalar-loop time (same shape, dtype, style, threads; cache source) / time (> 1 = faster);",
+             "both timed paired, in alternation with the row's own call, in the row's run.", "",
              "### Acceptance targets", "", *acceptance_table(results), "",
              "### rope_dispatch", "", *rope_table(results), "",
              "### rope_dispatch in place (q_out = q, k_out = k; decode steps)", "",

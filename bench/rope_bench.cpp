@@ -6,9 +6,10 @@
 // below; names are "kind/key:value/..." so bench_table.py can parse them back.
 //
 // Counters: bytes_per_second (q, k read + q_out, k_out written, which in place are q and k
-// again; the small cos/sin tables are not counted), items_per_second (tokens), threads, and
-// memcpy_ratio = memcpy time of the same bytes at the same thread count / this benchmark's time
-// (1.0 = memcpy speed).
+// again; the small cos/sin tables are not counted), items_per_second (tokens), pool_threads, and
+// the paired ratios (paired_ratios): memcpy_ratio = memcpy time of the same bytes at the same
+// thread count / this benchmark's time (1.0 = memcpy speed), and for the kernels of the cache
+// source scalar_ratio = the scalar loop's time / the kernel's (> 1: the kernel is faster).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -154,7 +156,6 @@ struct Workspace {
     Bytes cos, sin;
     std::vector<int32_t> batch_offsets;    // position of each sequence's first token
     std::vector<int32_t> token_positions;  // every token's position, for the scalar loop
-    std::map<int, double> memcpy_seconds;  // threads -> median memcpy time of q + k
     std::map<std::pair<rope_style, bool>, std::string> scalar_check;  // (style, in place) -> "" or why the scalar loop is wrong
 
     int64_t tokens() const {
@@ -299,35 +300,54 @@ void scalar_qk(const ScalarRopeArgs &args, int64_t tokens, int threads) {
     });
 }
 
-// Median time of fn(): several samples, each repeating fn long enough to be timed well.
-template <typename Fn>
-double median_seconds(Fn &&fn) {
+// A baseline timed against a benchmark's own call, and the counter that reports the ratio.
+struct Baseline {
+    const char *counter;
+    std::function<void()> run;
+};
+
+// Sets each baseline's counter to the median, over rounds, of its time / the row's own time,
+// where a round times a batch of the row's own calls and then a batch of each baseline's: both
+// sides of a ratio are timed within a millisecond or so of each other, so a change in the
+// machine's speed between rows (a shared VM's second vCPU, its memory bandwidth) moves both
+// alike. Rows timed minutes apart turned two-thread verdicts over from one run to the next.
+void set_paired_ratios(benchmark::State &state, const std::function<void()> &own, const std::vector<Baseline> &baselines) {
     using Clock = std::chrono::steady_clock;
-    constexpr double kSampleSeconds = 2e-3;
-    constexpr int kSamples = 9;
-    fn();  // warm caches and the pool
-    auto start = Clock::now();
-    fn();
-    const double once = std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
-    const int reps = static_cast<int>(std::clamp(std::ceil(kSampleSeconds / once), 1.0, 1e6));
-    std::vector<double> samples;
-    for (int s = 0; s < kSamples; s++) {
-        start = Clock::now();
+    constexpr double kBatchSeconds = 1e-3;
+    constexpr int kRounds = 11;
+    auto batch_seconds = [](const std::function<void()> &fn, int reps) {
+        const auto start = Clock::now();
         for (int r = 0; r < reps; r++) {
             fn();
         }
-        samples.push_back(std::chrono::duration<double>(Clock::now() - start).count() / reps);
+        return std::chrono::duration<double>(Clock::now() - start).count() / reps;
+    };
+    // Enough calls for a batch of about kBatchSeconds, from one call after a warming one.
+    auto batch_reps = [&](const std::function<void()> &fn) {
+        fn();
+        const double once = std::max(1e-9, batch_seconds(fn, 1));
+        return static_cast<int>(std::clamp(std::ceil(kBatchSeconds / once), 1.0, 1e6));
+    };
+    const int own_reps = batch_reps(own);
+    std::vector<int> reps;
+    for (const Baseline &baseline : baselines) {
+        reps.push_back(batch_reps(baseline.run));
     }
-    std::nth_element(samples.begin(), samples.begin() + kSamples / 2, samples.end());
-    return samples[kSamples / 2];
+    std::vector<std::vector<double>> ratios(baselines.size());
+    for (int round = 0; round < kRounds; round++) {
+        const double own_seconds = batch_seconds(own, own_reps);
+        for (size_t i = 0; i < baselines.size(); i++) {
+            ratios[i].push_back(batch_seconds(baselines[i].run, reps[i]) / own_seconds);
+        }
+    }
+    for (size_t i = 0; i < baselines.size(); i++) {
+        std::nth_element(ratios[i].begin(), ratios[i].begin() + kRounds / 2, ratios[i].end());
+        state.counters[baselines[i].counter] = ratios[i][kRounds / 2];
+    }
 }
 
-double memcpy_seconds(Workspace &ws, int threads) {
-    auto [entry, inserted] = ws.memcpy_seconds.try_emplace(threads, 0.0);
-    if (inserted) {
-        entry->second = median_seconds([&] { copy_qk(ws, threads); });
-    }
-    return entry->second;
+Baseline memcpy_baseline(const Workspace &ws, int threads) {
+    return {"memcpy_ratio", [&ws, threads] { copy_qk(ws, threads); }};
 }
 
 // ---- The library -----------------------------------------------------------------------------
@@ -371,62 +391,13 @@ std::string failure(const char *what, rope_status status, const rope_report &rep
     return std::string(what) + ": " + rope_status_string(status) + "; " + report.message;
 }
 
-// Times the benchmark loop itself (wall clock, like UseRealTime) so memcpy_ratio can be a plain
-// number; a Google Benchmark rate counter would print it as "x/s".
-template <typename Body>
-double timed_loop(benchmark::State &state, Body &&body) {
-    const auto start = std::chrono::steady_clock::now();
-    for (auto _ : state) {
-        if (!body()) {
-            break;
-        }
-    }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return state.iterations() > 0 ? seconds / static_cast<double>(state.iterations()) : 0.0;
-}
-
-void set_counters(benchmark::State &state, const Workspace &ws, int threads, double seconds, double memcpy_s) {
+void set_counters(benchmark::State &state, const Workspace &ws, int threads) {
     state.SetBytesProcessed(state.iterations() * ws.moved_bytes());
     state.SetItemsProcessed(state.iterations() * ws.tokens());
     state.counters["pool_threads"] = threads;  // not "threads": Google Benchmark's own field
-    if (memcpy_s > 0 && seconds > 0) {
-        state.counters["memcpy_ratio"] = memcpy_s / seconds;
-    }
 }
 
 // ---- The benchmarks --------------------------------------------------------------------------
-
-// rope_dispatch on the case's buffers, out of place or in place. In place, every call rotates q
-// and k again: rotations keep the values finite, so the speed is unaffected, and the in-place
-// rows (with scalar_inplace's) run after the other rows of their workspace (register_all).
-void bm_rope(benchmark::State &state, const Case &c, bool in_place) {
-    Workspace *ws = workspace_for(c);
-    if (ws == nullptr) {
-        state.SkipWithError("cannot allocate the buffers");
-        return;
-    }
-    const rope_params params = params_for(*ws, c, in_place);
-    rope_report report = rope_report_init();
-    // rope_query names the kernel rope_dispatch will run; an unbuilt variant is a skip.
-    if (const rope_status status = rope_query(&params, &report); status != ROPE_OK) {
-        state.SkipWithError(failure("rope_query", status, report).c_str());
-        return;
-    }
-    state.SetLabel(report.kernel);
-    const double memcpy_s = memcpy_seconds(*ws, c.threads);
-    if (const rope_status status = rope_dispatch(&params, &report); status != ROPE_OK) {
-        state.SkipWithError(failure("rope_dispatch", status, report).c_str());
-        return;
-    }
-    const double seconds = timed_loop(state, [&] {
-        if (rope_dispatch(&params, nullptr) != ROPE_OK) {
-            state.SkipWithError("rope_dispatch failed inside the timed loop");
-            return false;
-        }
-        return true;
-    });
-    set_counters(state, *ws, c.threads, seconds, memcpy_s);
-}
 
 // memcpy, or the plain copy loop (with_memcpy_ratio: its ratio to memcpy).
 void bm_copy(benchmark::State &state, const Case &c, CopyFunction copy, bool with_memcpy_ratio) {
@@ -435,14 +406,16 @@ void bm_copy(benchmark::State &state, const Case &c, CopyFunction copy, bool wit
         state.SkipWithError("cannot allocate the buffers");
         return;
     }
-    const double memcpy_s = with_memcpy_ratio ? memcpy_seconds(*ws, c.threads) : 0.0;
-    copy_qk(*ws, c.threads, copy);
-    const double seconds = timed_loop(state, [&] {
-        copy_qk(*ws, c.threads, copy);
+    const std::function<void()> own = [ws, &c, copy] { copy_qk(*ws, c.threads, copy); };
+    own();
+    for (auto _ : state) {
+        own();
         benchmark::ClobberMemory();
-        return true;
-    });
-    set_counters(state, *ws, c.threads, seconds, memcpy_s);
+    }
+    set_counters(state, *ws, c.threads);
+    if (with_memcpy_ratio) {
+        set_paired_ratios(state, own, {memcpy_baseline(*ws, c.threads)});
+    }
 }
 
 float element(const std::byte *data, const DtypeInfo &dtype, size_t index) {
@@ -508,29 +481,83 @@ std::string check_scalar(Workspace &ws, const Case &c, bool in_place) {
     return entry->second;
 }
 
+// The scalar loop at the case's thread count, out of place or in place; empty when it has no code
+// for the case or disagrees with rope_dispatch, with the reason in `why`.
+std::function<void()> scalar_runner(Workspace &ws, const Case &c, bool in_place, std::string *why) {
+    const ScalarRopeArgs args = scalar_args(ws, c.style->style, in_place);
+    if (!scalar_rope(args, 0, 0)) {
+        *why = "the scalar loop has no code for this dtype or placement";
+        return {};
+    }
+    if (*why = check_scalar(ws, c, in_place); !why->empty()) {
+        return {};
+    }
+    return [args, tokens = ws.tokens(), threads = c.threads] { scalar_qk(args, tokens, threads); };
+}
+
 void bm_scalar(benchmark::State &state, const Case &c, bool in_place) {
     Workspace *ws = workspace_for(c);
     if (ws == nullptr) {
         state.SkipWithError("cannot allocate the buffers");
         return;
     }
-    const ScalarRopeArgs args = scalar_args(*ws, c.style->style, in_place);
-    if (!scalar_rope(args, 0, 0)) {
-        state.SkipWithError("the scalar loop has no code for this dtype or placement");
+    std::string why;
+    const std::function<void()> own = scalar_runner(*ws, c, in_place, &why);
+    if (!own) {
+        state.SkipWithError(why.c_str());
         return;
     }
-    if (const std::string error = check_scalar(*ws, c, in_place); !error.empty()) {
-        state.SkipWithError(error.c_str());
-        return;
-    }
-    const double memcpy_s = memcpy_seconds(*ws, c.threads);
-    scalar_qk(args, ws->tokens(), c.threads);
-    const double seconds = timed_loop(state, [&] {
-        scalar_qk(args, ws->tokens(), c.threads);
+    own();
+    for (auto _ : state) {
+        own();
         benchmark::ClobberMemory();
-        return true;
-    });
-    set_counters(state, *ws, c.threads, seconds, memcpy_s);
+    }
+    set_counters(state, *ws, c.threads);
+    set_paired_ratios(state, own, {memcpy_baseline(*ws, c.threads)});
+}
+
+// rope_dispatch on the case's buffers, out of place or in place. In place, every call rotates q
+// and k again: rotations keep the values finite, so the speed is unaffected, and the in-place
+// rows (with scalar_inplace's) run after the other rows of their workspace (register_all).
+// The cache source's rows are paired with the scalar loop (in place with the in-place loop),
+// which reads the same cache.
+void bm_rope(benchmark::State &state, const Case &c, bool in_place) {
+    Workspace *ws = workspace_for(c);
+    if (ws == nullptr) {
+        state.SkipWithError("cannot allocate the buffers");
+        return;
+    }
+    const rope_params params = params_for(*ws, c, in_place);
+    rope_report report = rope_report_init();
+    // rope_query names the kernel rope_dispatch will run; an unbuilt variant is a skip.
+    if (const rope_status status = rope_query(&params, &report); status != ROPE_OK) {
+        state.SkipWithError(failure("rope_query", status, report).c_str());
+        return;
+    }
+    state.SetLabel(report.kernel);
+    std::vector<Baseline> baselines{memcpy_baseline(*ws, c.threads)};
+    if (c.source->source == ROPE_SOURCE_CACHE) {
+        std::string why;
+        if (std::function<void()> scalar = scalar_runner(*ws, c, in_place, &why)) {
+            baselines.push_back({"scalar_ratio", std::move(scalar)});
+        }
+    }
+    if (const rope_status status = rope_dispatch(&params, &report); status != ROPE_OK) {
+        state.SkipWithError(failure("rope_dispatch", status, report).c_str());
+        return;
+    }
+    for (auto _ : state) {
+        if (rope_dispatch(&params, nullptr) != ROPE_OK) {
+            state.SkipWithError("rope_dispatch failed inside the timed loop");
+            break;
+        }
+    }
+    if (state.error_occurred()) {
+        return;
+    }
+    set_counters(state, *ws, c.threads);
+    // The same call as the timed loop's, which succeeded on every iteration.
+    set_paired_ratios(state, [&params] { rope_dispatch(&params, nullptr); }, baselines);
 }
 
 // The fixed cost of one call: validation and kernel choice (query), plus running a kernel on

@@ -7,7 +7,7 @@
 //
 // Counters: bytes_per_second (q, k read + q_out, k_out written, which in place are q and k
 // again; the small cos/sin tables are not counted), items_per_second (tokens), pool_threads, and
-// the paired ratios (paired_ratios): memcpy_ratio = memcpy time of the same bytes at the same
+// the paired ratios (set_paired_ratios): memcpy_ratio = memcpy time of the same bytes at the same
 // thread count / this benchmark's time (1.0 = memcpy speed), and for the kernels of the cache
 // source scalar_ratio = the scalar loop's time / the kernel's (> 1: the kernel is faster).
 #include <benchmark/benchmark.h>

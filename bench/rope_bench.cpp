@@ -9,7 +9,9 @@
 // again; the small cos/sin tables are not counted), items_per_second (tokens), pool_threads, and
 // the paired ratios (set_paired_ratios): memcpy_ratio = memcpy time of the same bytes at the same
 // thread count / this benchmark's time (1.0 = memcpy speed), and for the kernels of the cache
-// source scalar_ratio = the scalar loop's time / the kernel's (> 1: the kernel is faster).
+// source scalar_ratio = the scalar loop's time / the kernel's (> 1: the kernel is faster); out of
+// place, half_ratio (interleaved rows) and cache_ratio (computed sources) = the time of the same
+// call in the half style, or with the cache source / this row's.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -311,11 +313,15 @@ struct Baseline {
 // sides of a ratio are timed within a millisecond or so of each other, so a change in the
 // machine's speed between rows (a shared VM's second vCPU, its memory bandwidth) moves both
 // alike. Rows timed minutes apart turned two-thread verdicts over from one run to the next.
+// Each batch starts with an untimed call, which pays for the state the previous batch left (a
+// prefill's dirty lines in the caches; memcpy's non-temporal stores leave none), so each side
+// is timed from its own state, as in its own row.
 void set_paired_ratios(benchmark::State &state, const std::function<void()> &own, const std::vector<Baseline> &baselines) {
     using Clock = std::chrono::steady_clock;
     constexpr double kBatchSeconds = 1e-3;
     constexpr int kRounds = 11;
     auto batch_seconds = [](const std::function<void()> &fn, int reps) {
+        fn();
         const auto start = Clock::now();
         for (int r = 0; r < reps; r++) {
             fn();
@@ -324,7 +330,6 @@ void set_paired_ratios(benchmark::State &state, const std::function<void()> &own
     };
     // Enough calls for a batch of about kBatchSeconds, from one call after a warming one.
     auto batch_reps = [&](const std::function<void()> &fn) {
-        fn();
         const double once = std::max(1e-9, batch_seconds(fn, 1));
         return static_cast<int>(std::clamp(std::ceil(kBatchSeconds / once), 1.0, 1e6));
     };
@@ -541,6 +546,20 @@ void bm_rope(benchmark::State &state, const Case &c, bool in_place) {
         if (std::function<void()> scalar = scalar_runner(*ws, c, in_place, &why)) {
             baselines.push_back({"scalar_ratio", std::move(scalar)});
         }
+    }
+    // The targets that compare the library with itself, paired too: the interleaved style with
+    // the half style, a computed source with the cache (same case otherwise, out of place).
+    auto add_partner = [&](const char *counter, const StyleInfo *style, const SourceInfo *source) {
+        const rope_params partner = params_for(*ws, {c.shape, c.dtype, style, source, c.threads});
+        if (rope_query(&partner, nullptr) == ROPE_OK) {
+            baselines.push_back({counter, [partner] { rope_dispatch(&partner, nullptr); }});
+        }
+    };
+    if (!in_place && c.style->style != ROPE_STYLE_HALF) {
+        add_partner("half_ratio", &kStyles[0], c.source);
+    }
+    if (!in_place && c.source->source != ROPE_SOURCE_CACHE) {
+        add_partner("cache_ratio", c.style, &kSources[0]);
     }
     if (const rope_status status = rope_dispatch(&params, &report); status != ROPE_OK) {
         state.SkipWithError(failure("rope_dispatch", status, report).c_str());

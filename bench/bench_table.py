@@ -102,7 +102,6 @@ class Results:
         return self.index.get((kind,) + tuple(fields[k] for k in CASE_KEYS))
 
 
-
 def ratio(numerator, denominator):
     return numerator / denominator if numerator and denominator else None
 

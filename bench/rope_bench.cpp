@@ -411,15 +411,14 @@ void bm_copy(benchmark::State &state, const Case &c, CopyFunction copy, bool wit
         state.SkipWithError("cannot allocate the buffers");
         return;
     }
-    const std::function<void()> own = [ws, &c, copy] { copy_qk(*ws, c.threads, copy); };
-    own();
+    copy_qk(*ws, c.threads, copy);
     for (auto _ : state) {
-        own();
+        copy_qk(*ws, c.threads, copy);
         benchmark::ClobberMemory();
     }
     set_counters(state, *ws, c.threads);
     if (with_memcpy_ratio) {
-        set_paired_ratios(state, own, {memcpy_baseline(*ws, c.threads)});
+        set_paired_ratios(state, [ws, &c, copy] { copy_qk(*ws, c.threads, copy); }, {memcpy_baseline(*ws, c.threads)});
     }
 }
 
@@ -486,18 +485,13 @@ std::string check_scalar(Workspace &ws, const Case &c, bool in_place) {
     return entry->second;
 }
 
-// The scalar loop at the case's thread count, out of place or in place; empty when it has no code
-// for the case or disagrees with rope_dispatch, with the reason in `why`.
-std::function<void()> scalar_runner(Workspace &ws, const Case &c, bool in_place, std::string *why) {
-    const ScalarRopeArgs args = scalar_args(ws, c.style->style, in_place);
-    if (!scalar_rope(args, 0, 0)) {
-        *why = "the scalar loop has no code for this dtype or placement";
-        return {};
+// Why the scalar loop cannot stand for the case (no code for it, or it disagrees with
+// rope_dispatch), or "" when it can.
+std::string scalar_unusable(Workspace &ws, const Case &c, bool in_place) {
+    if (!scalar_rope(scalar_args(ws, c.style->style, in_place), 0, 0)) {
+        return "the scalar loop has no code for this dtype or placement";
     }
-    if (*why = check_scalar(ws, c, in_place); !why->empty()) {
-        return {};
-    }
-    return [args, tokens = ws.tokens(), threads = c.threads] { scalar_qk(args, tokens, threads); };
+    return check_scalar(ws, c, in_place);
 }
 
 void bm_scalar(benchmark::State &state, const Case &c, bool in_place) {
@@ -506,19 +500,19 @@ void bm_scalar(benchmark::State &state, const Case &c, bool in_place) {
         state.SkipWithError("cannot allocate the buffers");
         return;
     }
-    std::string why;
-    const std::function<void()> own = scalar_runner(*ws, c, in_place, &why);
-    if (!own) {
+    if (const std::string why = scalar_unusable(*ws, c, in_place); !why.empty()) {
         state.SkipWithError(why.c_str());
         return;
     }
-    own();
+    const ScalarRopeArgs args = scalar_args(*ws, c.style->style, in_place);
+    const int64_t tokens = ws->tokens();
+    scalar_qk(args, tokens, c.threads);
     for (auto _ : state) {
-        own();
+        scalar_qk(args, tokens, c.threads);
         benchmark::ClobberMemory();
     }
     set_counters(state, *ws, c.threads);
-    set_paired_ratios(state, own, {memcpy_baseline(*ws, c.threads)});
+    set_paired_ratios(state, [&] { scalar_qk(args, tokens, c.threads); }, {memcpy_baseline(*ws, c.threads)});
 }
 
 // rope_dispatch on the case's buffers, out of place or in place. In place, every call rotates q
@@ -541,11 +535,9 @@ void bm_rope(benchmark::State &state, const Case &c, bool in_place) {
     }
     state.SetLabel(report.kernel);
     std::vector<Baseline> baselines{memcpy_baseline(*ws, c.threads)};
-    if (c.source->source == ROPE_SOURCE_CACHE) {
-        std::string why;
-        if (std::function<void()> scalar = scalar_runner(*ws, c, in_place, &why)) {
-            baselines.push_back({"scalar_ratio", std::move(scalar)});
-        }
+    if (c.source->source == ROPE_SOURCE_CACHE && scalar_unusable(*ws, c, in_place).empty()) {
+        baselines.push_back({"scalar_ratio", [args = scalar_args(*ws, c.style->style, in_place), tokens = ws->tokens(),
+                                              threads = c.threads] { scalar_qk(args, tokens, threads); }});
     }
     // The targets that compare the library with itself, paired too: the interleaved style with
     // the half style, a computed source with the cache (same case otherwise, out of place).

@@ -77,6 +77,14 @@ PAIR_WORDS_KNOBS = (("interleaved_rotation", "interleaved", "deinterleave"), ("h
 CPU_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "cos_sin_vectors", "store_order", "interleaved_rotation",
              "half_rotation", "layouts")
 GPU_KNOBS = ("vector_pairs", "gpu")
+# A CPU kernel's size class (optional, in any entry): calls moving at least from_bytes (read and
+# written, q and k) take a sibling kernel, <name>_large, built with these knobs overlaid (from
+# DRAM the widths and orders that win in cache can lose). The knobs are the core ones but
+# cos_sin_at, which the allocation rule fixes per source.
+LARGE_CALLS = "large_calls"
+LARGE_CALL_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_vectors", "store_order", "interleaved_rotation",
+                    "half_rotation")
+MAX_FROM_BYTES = 1 << 62
 GPU_GROUP_KNOBS = ("threads_per_block", "pair_threads", "tokens_per_block")
 # Static shared memory a CUDA block may use: a block's cos/sin table must fit in it.
 CUDA_STATIC_SHARED_BYTES = 48 * 1024
@@ -117,7 +125,16 @@ def _check_choice(where, value, choices):
 
 def _check_params(where, params, complete, gpu):
     keys = GPU_KNOBS if gpu else CPU_KNOBS
-    _check_keys(where, params, keys if complete else (), () if complete else keys)
+    optional = () if gpu else (LARGE_CALLS,)
+    _check_keys(where, params, keys if complete else (), (() if complete else keys) + optional)
+    if LARGE_CALLS in params:
+        large = params[LARGE_CALLS]
+        _check_keys(f"{where}.{LARGE_CALLS}", large, ("from_bytes",), LARGE_CALL_KNOBS)
+        _check_int(f"{where}.{LARGE_CALLS}.from_bytes", large["from_bytes"], 1, MAX_FROM_BYTES)
+        if len(large) == 1:
+            raise ScheduleError(f"{where}.{LARGE_CALLS}: sets no knob, so its kernel would be its sibling's twin; "
+                                f"set some of {list(LARGE_CALL_KNOBS)}, or drop it")
+        _check_params(f"{where}.{LARGE_CALLS}", {k: v for k, v in large.items() if k != "from_bytes"}, False, gpu)
     if "vector_pairs" in params:
         _check_int(f"{where}.vector_pairs", params["vector_pairs"], 1, 64, power_of_two=True)
     if "unroll_pairs" in params:
@@ -362,7 +379,7 @@ def resolve(entries, key, tuned=()):
     matching = _matching(entries, key)
     for i, (spec_a, where_a, params_a) in enumerate(matching):
         for spec_b, where_b, params_b in matching[i + 1:]:
-            shared = set(generator_params(_as_resolved(params_a))) & set(generator_params(_as_resolved(params_b)))
+            shared = _knob_names(params_a) & _knob_names(params_b)
             if spec_a == spec_b and shared:
                 raise ScheduleError(f"{where_a} and {where_b} both set {sorted(shared)} for kernel {key} and are equally "
                                     "specific; make one more specific")
@@ -380,11 +397,15 @@ def resolve(entries, key, tuned=()):
     for (group, knob), message in rule_violations(key, resolved).items():
         setter = next(where for where, params in reversed(layers) if knob in (params.get(group, {}) if group else params))
         raise ScheduleError(f"{setter}.params, for kernel {key}: {message}")
-    # What words means for the other style's knob, f32 and the any-head_dim kernel.
+    return _plain_words(key, resolved)
+
+
+def _plain_words(key, params):
+    """`params` with what words means for the other style's knob, f32 and the any-head_dim kernel."""
     for knob, style, plain in PAIR_WORDS_KNOBS:
-        if resolved.get(knob) == "words" and (key["style"] != style or not stores_pair_words(key, resolved)):
-            resolved[knob] = plain
-    return resolved
+        if params.get(knob) == "words" and (key["style"] != style or not stores_pair_words(key, params)):
+            params[knob] = plain
+    return params
 
 
 def stores_pair_words(key, params):
@@ -431,6 +452,11 @@ def rule_violations(key, params):
     return violations
 
 
+def _knob_names(params):
+    """The knobs one entry's params set, as generator parameters, plus large_calls."""
+    return set(generator_params(_as_resolved(params))) | ({LARGE_CALLS} & set(params))
+
+
 def _as_resolved(params):
     """One entry's params in the shape of resolve()'s result."""
     return {"layouts": {}, **params}
@@ -439,7 +465,7 @@ def _as_resolved(params):
 def generator_params(resolved):
     """Flattens resolved parameters into the generator's GeneratorParam names: a knob of a group
     (a layout, or gpu) is named <group>_<knob>."""
-    params = {k: v for k, v in resolved.items() if k not in ("layouts", "gpu")}
+    params = {k: v for k, v in resolved.items() if k not in ("layouts", "gpu", LARGE_CALLS)}
     groups = sorted(resolved["layouts"].items()) + ([("gpu", resolved["gpu"])] if "gpu" in resolved else [])
     for group, knobs in groups:
         for knob, value in knobs.items():
@@ -447,8 +473,25 @@ def generator_params(resolved):
     return params
 
 
-def kernel_name(isa, style, head_dim, dtype, source):
-    return f"ropegen_{style}_{source}_d{head_dim or 'any'}_{dtype}__{isa}"
+def kernel_name(isa, style, head_dim, dtype, source, large=False):
+    return f"ropegen_{style}_{source}_d{head_dim or 'any'}_{dtype}{'_large' if large else ''}__{isa}"
+
+
+def size_classes(key, resolved):
+    """A kernel key's kernels as (min_call_bytes, resolved params), the dispatcher's order: the
+    large-call sibling first when the schedule has one (0: every call)."""
+    classes = [(0, {k: v for k, v in resolved.items() if k != LARGE_CALLS})]
+    if LARGE_CALLS in resolved:
+        large = dict(resolved[LARGE_CALLS])
+        from_bytes = large.pop("from_bytes")
+        params = _plain_words(key, {**classes[0][1], **large})
+        for message in rule_violations(key, params).values():
+            raise ScheduleError(f"{LARGE_CALLS} of kernel {key}: {message}")
+        if params == classes[0][1]:
+            raise ScheduleError(f"{LARGE_CALLS} of kernel {key}: {json.dumps(large)} are the kernel's own knobs, so its "
+                                "large-call kernel would be a twin; drop it")
+        classes.insert(0, (from_bytes, params))
+    return classes
 
 
 def main():
@@ -509,21 +552,22 @@ def main():
         for isa in isas:
             _, family, halide_target, isa_enum = ISAS[isa]
             levels.append((isa, family, halide_target, KERNEL_FEATURES,
-                           lambda name, key, params, isa_enum=isa_enum: (
+                           lambda name, key, params, min_call_bytes, isa_enum=isa_enum: (
                                f"ROPE_KERNEL({name}, {isa_enum}, {_key_args(key)}, "
-                               f"{int(stores_pair_words(key, params))})"),
+                               f"{int(stores_pair_words(key, params))}, {min_call_bytes}ull)"),
                            "ROPEGEN_KERNELS"))
         for level in cuda_levels:
             family, feature, capability = CUDA_LEVELS[level]
             levels.append((f"cuda_{level}", family, f"{host}-cuda-{feature}", CUDA_KERNEL_FEATURES,
-                           lambda name, key, params, capability=capability: (
+                           lambda name, key, params, min_call_bytes, capability=capability: (
                                f"ROPE_CUDA_KERNEL({name}, {capability}, {_key_args(key)}, "
                                f"{params['vector_pairs'] if key['head_dim'] else 0})"),
                            "ROPEGEN_CUDA_KERNELS"))
         cmake_lines = ["# Auto-generated by cmake/ropegen_kernels.py from schedules/*.json. Do not edit."]
         inc_lines = ["// Auto-generated by cmake/ropegen_kernels.py from schedules/*.json. Do not edit.",
-                     "// ROPE_KERNEL(name, isa, style, source, dtype, head_dim, pair_words); best ISA first.",
+                     "// ROPE_KERNEL(name, isa, style, source, dtype, head_dim, pair_words, min_call_bytes); best ISA first.",
                      "// pair_words 1: the kernel stores its 16-bit lanes as 32-bit words (interleaved_rotation or half_rotation words).",
+                     "// min_call_bytes > 0: a large-call kernel, for calls moving at least that many bytes; listed before its sibling.",
                      "// ROPE_CUDA_KERNEL(name, capability, style, source, dtype, head_dim, vector_elements):",
                      "// vector_elements > 0: the kernel needs 16-byte aligned data and strides in multiples of it."]
         names = {"ROPEGEN_KERNELS": [], "ROPEGEN_CUDA_KERNELS": []}
@@ -554,19 +598,20 @@ def main():
                     for dtype in dtypes:
                         for source in SOURCES:
                             key = {"style": style, "head_dim": head_dim, "dtype": dtype, "source": source}
-                            params = generator_params(resolve(entries, key, tuned_entries))
-                            name = kernel_name(level, style, head_dim, dtype, source)
                             entries_used = "; ".join(where for where, _ in matching_entries(entries, key, tuned_entries))
-                            knobs = " ".join(f"{k}={v}" for k, v in params.items())
-                            schedule_lines.append(f"ROPE_KERNEL_SCHEDULE({name}, {c_string(family)}, "
-                                                  f"{c_string(entries_used)}, {c_string(knobs)})")
-                            names[list_name].append(name)
-                            variant = {"style": style, "head_dim": head_dim, "dtype": DTYPES[dtype][0], "source": source}
-                            all_params = " ".join(f"{k}={v}" for k, v in {**variant, **params}.items())
-                            cmake_lines.append(f"set(ROPEGEN_KERNEL_{name}_TARGET \"{halide_target}\")")
-                            cmake_lines.append(f"set(ROPEGEN_KERNEL_{name}_FEATURES {' '.join(features)})")
-                            cmake_lines.append(f"set(ROPEGEN_KERNEL_{name}_PARAMS {all_params})")
-                            inc_lines.append(inc_line(name, key, params))
+                            for min_call_bytes, resolved in size_classes(key, resolve(entries, key, tuned_entries)):
+                                params = generator_params(resolved)
+                                name = kernel_name(level, style, head_dim, dtype, source, min_call_bytes > 0)
+                                knobs = " ".join(f"{k}={v}" for k, v in params.items())
+                                schedule_lines.append(f"ROPE_KERNEL_SCHEDULE({name}, {c_string(family)}, "
+                                                      f"{c_string(entries_used)}, {c_string(knobs)})")
+                                names[list_name].append(name)
+                                variant = {"style": style, "head_dim": head_dim, "dtype": DTYPES[dtype][0], "source": source}
+                                all_params = " ".join(f"{k}={v}" for k, v in {**variant, **params}.items())
+                                cmake_lines.append(f"set(ROPEGEN_KERNEL_{name}_TARGET \"{halide_target}\")")
+                                cmake_lines.append(f"set(ROPEGEN_KERNEL_{name}_FEATURES {' '.join(features)})")
+                                cmake_lines.append(f"set(ROPEGEN_KERNEL_{name}_PARAMS {all_params})")
+                                inc_lines.append(inc_line(name, key, params, min_call_bytes))
         if args.tuned_machine not in ("host", "none") and not used:
             raise ScheduleError(f"ROPEGEN_TUNED_MACHINE={machine}: no tuned file for the families built; looked for "
                                 f"{', '.join(map(str, looked_for))}")

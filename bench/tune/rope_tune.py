@@ -26,7 +26,9 @@ Search, per key (staged, so a budget of minutes finds what the full sweep finds)
      with a root cos/sin table (computed sources), strided.tokens_per_task is held meanwhile
      and then chosen alone on every shape: it also tiles that table, which every layout reads;
   3. a confirmation: default against tuned, more repetitions; the tuned knobs are kept only if
-     they beat the default, so a tuned file is never slower than the defaults it replaces.
+     they beat the default, so a tuned file is never slower than the defaults it replaces;
+  4. a large-call kernel (large_calls): the core knobs again, judged on the shapes that move at
+     least the last-level cache size alone (they stream from DRAM), kept if they beat stage 3's.
 --full-sweep times every combination instead (for a few keys: it shows what the staged search
 misses), and confirms default, staged and full-sweep results against each other.
 
@@ -92,6 +94,9 @@ REPS_SCREEN, REPS_FINAL, REPS_LAYOUTS, REPS_CONFIRM = 3, 7, 5, 15
 # What a tuned schedule must gain over the default to replace it: less is within the noise of a
 # shared machine, and a change that does not pay is churn in the file.
 MIN_GAIN = 1.01
+# What a large-call kernel must gain over the key's kernel on the large shapes: it is one more
+# kernel to build and link, worth it only beyond the noise of a DRAM-bound shape.
+LARGE_CALL_MIN_GAIN = 1.03
 # Joins the runs that wrote a tuned file in its meta.tuned.command.
 COMMAND_SEPARATOR = " && "
 
@@ -199,9 +204,10 @@ class Measurement:
     def ratio(self, shape):
         return self.shapes[shape]["memcpy_ns"] / self.shapes[shape]["ns"]
 
-    def score(self, layout=None):
-        """Geometric mean of the memcpy ratios of every shape (of one layout group)."""
-        ratios = [self.ratio(s) for s, info in self.shapes.items() if layout is None or info["layout"] == layout]
+    def score(self, layout=None, shapes=None):
+        """Geometric mean of the memcpy ratios of every shape (of one layout group, or of `shapes`)."""
+        ratios = [self.ratio(s) for s, info in self.shapes.items()
+                  if (layout is None or info["layout"] == layout) and (shapes is None or s in shapes)]
         return math.exp(sum(map(math.log, ratios)) / len(ratios))
 
     def headline(self):
@@ -275,6 +281,49 @@ def staged_search(default, key, isa, measure, out_of_budget, judges=MEASURED_KNO
         best, _ = _layout_stage(best, measure, "layout knobs")
     # 3. Confirmation.
     return confirm(default, [best], measure)
+
+
+def large_call_stage(default, tuned, tuned_m, key, isa, measure, from_bytes, judges=MEASURED_KNOBS):
+    """The large-call kernel of a key (schedules' large_calls): the core grid with `tuned`'s
+    layouts, judged on the shapes that move at least `from_bytes` alone (as `tuned_m` lists
+    them), by successive halving. Its winner must beat `tuned` there by LARGE_CALL_MIN_GAIN in two
+    confirmation runs. Returns (the large_calls entry, its Measurement, tuned's), or None when no
+    shape is that large or tuned serves those calls best."""
+    large = [s for s, info in tuned_m.shapes.items() if info["bytes"] >= from_bytes]
+    if not large:
+        return None
+    tuned = canonical(tuned)
+    pool = [tuned] + [p for p in (with_core(tuned, core) for core in core_candidates(key, isa, default, judges))
+                      if p != tuned]
+    measurements = measure(pool, REPS_SCREEN, "large-call knobs")
+    scored = sorted((-m.score(shapes=large), i) for i, m in enumerate(measurements) if m is not None)
+    finalists = [pool[i] for _, i in scored[:max(3, len(scored) // 3)]]
+    measurements = measure(finalists, REPS_FINAL, "large-call finalists")
+    best = finalists[max(range(len(finalists)),
+                         key=lambda i: measurements[i].score(shapes=large) if measurements[i] else 0.0)]
+    if best == tuned:
+        return None
+    for stage in ("large-call confirmation", "large-call second confirmation"):
+        tuned_m, best_m = measure([tuned, best], REPS_CONFIRM, stage)
+        if best_m is None or best_m.score(shapes=large) < LARGE_CALL_MIN_GAIN * tuned_m.score(shapes=large):
+            return None
+    knobs = {knob: best[knob] for knob in rk.LARGE_CALL_KNOBS if best[knob] != tuned[knob]}
+    return {"from_bytes": from_bytes, **knobs}, best_m, tuned_m
+
+
+def last_level_cache_bytes(cache_dir=pathlib.Path("/sys/devices/system/cpu/cpu0/cache")):
+    """The size of this machine's last-level cache (Linux sysfs), or None where it is not told:
+    a call that moves more streams from DRAM."""
+    sizes = {}
+    for index in cache_dir.glob("index*"):
+        try:
+            level, size = int((index / "level").read_text()), (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        match = re.fullmatch(r"([0-9]+)([KMG]?)", size)
+        if match:
+            sizes[level] = max(sizes.get(level, 0), int(match[1]) << {"": 0, "K": 10, "M": 20, "G": 30}[match[2]])
+    return sizes[max(sizes)] if sizes else None
 
 
 def full_sweep(default, key, isa, measure):
@@ -655,7 +704,7 @@ def compare(bench, defaults, tuned_entries, keys, progress):
 def changed_params(default, params):
     """The knobs of `params` that differ from `default`, nested as in a schedule entry: what a
     tuned entry holds, so that a later change of a default reaches the knobs the tuner kept."""
-    changed = {knob: value for knob, value in params.items() if knob != "layouts" and value != default[knob]}
+    changed = {knob: value for knob, value in params.items() if knob != "layouts" and value != default.get(knob)}
     layouts = {layout: {knob: value for knob, value in knobs.items() if value != default["layouts"][layout][knob]}
                for layout, knobs in params["layouts"].items()}
     if any(layouts.values()):
@@ -665,8 +714,11 @@ def changed_params(default, params):
 
 def changed_knobs(default, params):
     """changed_params as generator parameters, "name=value"."""
-    flat = rk.generator_params({"layouts": {}, **changed_params(default, params)})
-    return [f"{k}={flat[k]}" for k in sorted(flat)]
+    changed = changed_params(default, params)
+    flat = rk.generator_params({"layouts": {}, **changed})
+    large = changed.get(rk.LARGE_CALLS, {})
+    return [f"{k}={flat[k]}" for k in sorted(flat)] + [
+        f"{rk.LARGE_CALLS}({large['from_bytes']}):{k}={large[k]}" for k in sorted(large) if k != "from_bytes"]
 
 
 # ---- Main ---------------------------------------------------------------------------------------
@@ -686,6 +738,9 @@ def main(argv=None):
     parser.add_argument("--full-sweep", action="store_true",
                         help="also time every combination of each key and compare it with the staged search")
     parser.add_argument("--fresh", action="store_true", help="ignore the state of an interrupted run")
+    parser.add_argument("--large-calls-from", type=int, default=None, metavar="BYTES",
+                        help="search a large-call kernel (large_calls) for calls moving at least BYTES; "
+                             "default: this machine's last-level cache size; 0: none")
     parser.add_argument("--mca-cpu", default="neoverse-n1", help="llvm-mca's CPU for modelled targets (default neoverse-n1)")
     parser.add_argument("--compare", action="store_true",
                         help="tune nothing: measure the existing tuned file's keys against the defaults afresh")
@@ -753,6 +808,8 @@ def main(argv=None):
         progress.write(f"rope_tune: resuming {state_path}: {len(results)} key(s) already tuned\n")
     sweep_report = state.get("sweeps", {}) if results else {}
 
+    # Calls moving more than the last-level cache stream from DRAM, where other knobs can win.
+    from_bytes = last_level_cache_bytes() if args.large_calls_from is None else args.large_calls_from
     for key in keys:
         kid = key_id(key)
         if kid in results:
@@ -779,9 +836,20 @@ def main(argv=None):
         else:
             tuned, tuned_m, default_m = staged_search(default, key, isa, measure,
                                                       lambda: progress.elapsed() > args.budget, bench.judges)
+        summary = tuned_m.summary(default_m)
+        large = None
+        if from_bytes and bench.judges == MEASURED_KNOBS and not progress.elapsed() > args.budget:
+            large = large_call_stage(default, tuned, tuned_m, key, isa, measure, from_bytes)
+        if large:
+            entry, large_m, sibling_m = large
+            tuned = {**tuned, rk.LARGE_CALLS: entry}
+            shapes = [s for s, info in large_m.shapes.items() if info["bytes"] >= from_bytes]
+            summary[rk.LARGE_CALLS] = {"memcpy_ratio": round(large_m.score(shapes=shapes), 3),
+                                       "sibling_memcpy_ratio": round(sibling_m.score(shapes=shapes), 3),
+                                       "shapes": sorted(shapes)}
         # The command per entry: a file may gather keys of several runs (--keys).
         results[kid] = {"key": key, "params": changed_params(default, tuned), "measured": {
-            **tuned_m.summary(default_m), "changed": changed_knobs(default, tuned), "command": command}}
+            **summary, "changed": changed_knobs(default, tuned), "command": command}}
         write_json(state_path, {"identity": identity, "results": results, "sweeps": sweep_report})
         progress.key_done(time.monotonic() - started)
     progress.show("done\n" if progress.done == len(keys) else "budget spent\n")

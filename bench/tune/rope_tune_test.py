@@ -192,6 +192,55 @@ class SearchTest(unittest.TestCase):
         self.assertTrue(all(2 <= c["vector_pairs"] <= 8 and c["vector_pairs"] * c["unroll_pairs"] <= 32 for c in small))
 
 
+class LargeLandscape(Landscape):
+    """Landscape plus one shape of a GiB (layout bshd), on which vector_pairs 16 beats the rest
+    of the best core."""
+
+    def measure(self, pool, reps, stage):
+        result = super().measure(pool, reps, stage)
+        for params, m in zip(pool, result):
+            if m is not None:
+                m.shapes["prefill_huge"] = {"layout": "bshd", "bytes": 1 << 30, "memcpy_ns": 50.0, "spread": 0.0,
+                                            "ns": 100 / self.speed(params, "bshd") / (1.0 if params["vector_pairs"] == 16 else 0.6)}
+        return result
+
+
+class LargeCallTest(unittest.TestCase):
+    def test_the_large_shapes_knobs_become_large_calls(self):
+        default, landscape = default_params(), LargeLandscape()
+        tuned, tuned_m, _ = rt.staged_search(default, KEY, ISA, landscape.measure, lambda: False)
+        self.assertEqual(tuned["vector_pairs"], 8)  # six shapes of seven favour it
+        entry, large_m, sibling_m = rt.large_call_stage(default, tuned, tuned_m, KEY, ISA, landscape.measure, 1 << 29)
+        self.assertEqual((entry["from_bytes"], entry["vector_pairs"]), (1 << 29, 16))
+        # Only what differs from the sibling (here a block of 16 pairs takes a knob of the best core:
+        # the unroll or the words, whichever comes first among equals).
+        self.assertTrue(all(tuned[knob] != value for knob, value in entry.items() if knob != "from_bytes"))
+        self.assertGreater(large_m.score(shapes=["prefill_huge"]), sibling_m.score(shapes=["prefill_huge"]))
+        # The entry is what the build reads: a sibling kernel with the knob overlaid.
+        (_, large), (_, sibling) = rk.size_classes(KEY, {**tuned, rk.LARGE_CALLS: entry})
+        self.assertEqual((large, sibling), ({**tuned, **{k: v for k, v in entry.items() if k != "from_bytes"}}, tuned))
+
+    def test_none_without_a_large_shape_or_a_win(self):
+        default, landscape = default_params(), LargeLandscape()
+        tuned, tuned_m, _ = rt.staged_search(default, KEY, ISA, landscape.measure, lambda: False)
+        landscape.calls.clear()
+        self.assertIsNone(rt.large_call_stage(default, tuned, tuned_m, KEY, ISA, landscape.measure, 1 << 31))
+        self.assertEqual(landscape.calls, [])  # nothing measured
+        plain = Landscape()
+        tuned, tuned_m, _ = rt.staged_search(default, KEY, ISA, plain.measure, lambda: False)
+        self.assertIsNone(rt.large_call_stage(default, tuned, tuned_m, KEY, ISA, plain.measure, 1000))
+
+    def test_last_level_cache_bytes(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            root = pathlib.Path(tmp)
+            self.assertIsNone(rt.last_level_cache_bytes(root))
+            for index, level, size in ((0, 1, "32K"), (2, 2, "1024K"), (3, 3, "32768K")):
+                (root / f"index{index}").mkdir()
+                (root / f"index{index}" / "level").write_text(f"{level}\n")
+                (root / f"index{index}" / "size").write_text(f"{size}\n")
+            self.assertEqual(rt.last_level_cache_bytes(root), 32 << 20)
+
+
 class KeysTest(unittest.TestCase):
     def test_filters(self):
         keys = rt.all_keys([rt.parse_key_filter("head_dim=128,dtype=bf16|f32")])

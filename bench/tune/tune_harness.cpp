@@ -50,6 +50,9 @@ using namespace ropegen::test;
 // takes the BSHD loop nest, and one in BHSD matches none and takes the strided fallback. A BSHD
 // decode step is timed out of place and in place (as vLLM rotates): the two favour different
 // schedules, and a schedule level with another out of place can take 1.5x its time in place.
+// Prefills of 512 tokens fit a 32 MiB L3 (about 20 MiB moved in f32); the 4096-token one (about
+// 160 MiB) streams from DRAM, where vector widths rank otherwise than in cache (256-bit beat
+// 512-bit by 10-20% on a Zen 4 VM, bench/README.md).
 struct TimedShape {
     const char *name;
     const char *layout;  // the schedule's layout group the shape exercises
@@ -61,6 +64,7 @@ constexpr TimedShape kShapes[] = {
     {"decode_b8_bshd", "bshd", Layout::BSHD, 8, 1},
     {"decode_b8_bshd_in_place", "bshd", Layout::BSHD, 8, 1, Memory::InPlace},
     {"prefill_512_bshd", "bshd", Layout::BSHD, 1, 512},
+    {"prefill_4096_bshd", "bshd", Layout::BSHD, 1, 4096},
     {"prefill_512_bhsd", "bhsd", Layout::BHSD, 1, 512},
     {"prefill_4x128_sbhd", "sbhd", Layout::SBHD, 4, 128},
     {"decode_b8_bhsd", "strided", Layout::BHSD, 8, 1},

@@ -158,6 +158,9 @@ Node kernel_node(const ropegen::KernelEntry &kernel) {
     node.add("source", Node::string(kSources[kernel.source]));
     node.add("dtype", Node::string(kDtypes[kernel.dtype]));
     node.add("head_dim", kernel.head_dim ? Node::number(kernel.head_dim) : Node::string("any"));
+    if (kernel.min_call_bytes != 0) {
+        node.add("min_call_bytes", Node::number(static_cast<long long>(kernel.min_call_bytes)));
+    }
     if (const KernelSchedule *schedule = schedule_of(kernel.name)) {
         Node &s = node.add("schedule", Node::object());
         s.add("family", Node::string(schedule->family));
@@ -340,7 +343,8 @@ Node call_node(const CallShape &shape) {
     node.add("message", Node::string(report.message));
     node.add("kernel", status == ROPE_OK ? Node::string(report.kernel) : Node{});
     // The dispatcher takes the first kernel of the table (best level first, fixed head_dim before
-    // the any-head_dim kernel) that computes the call and whose level is at most the active one.
+    // the any-head_dim kernel) that computes the call, whose level is at most the active one and,
+    // for a large-call kernel, that moves at least its min_call_bytes.
     Node &candidates = node.add("candidates", Node::list());
     const ropegen::KernelEntry *chosen_kernel = nullptr;
     size_t count = 0;
@@ -352,12 +356,18 @@ Node call_node(const CallShape &shape) {
         }
         std::string why;
         const bool chosen = std::strcmp(kernel.name, report.kernel) == 0;
+        const std::string moved = "; the call moves " + std::to_string(ropegen::call_bytes(params)) + " bytes";
         if (chosen) {
             why = std::string("chosen: the best level allowed (") + ropegen::isa_name(rope_active_isa()) + ")" +
                   (kernel.head_dim ? ", specialized for head_dim " + std::to_string(kernel.head_dim)
-                                   : std::string(", the any-head_dim kernel"));
+                                   : std::string(", the any-head_dim kernel")) +
+                  (kernel.min_call_bytes ? ", for calls moving at least " + std::to_string(kernel.min_call_bytes) +
+                                               " bytes" + moved
+                                         : std::string());
         } else if (chosen_kernel != nullptr) {
             why = "not needed: a kernel before it in the table was chosen";
+        } else if (kernel.isa <= rope_active_isa() && !ropegen::size_class_fits(kernel, params)) {
+            why = "passed over: for calls moving at least " + std::to_string(kernel.min_call_bytes) + " bytes" + moved;
         } else if (kernel.isa > ropegen::detected_isa()) {
             why = std::string("passed over: needs ") + ropegen::isa_name(kernel.isa) + "; this CPU's best is " +
                   ropegen::isa_name(ropegen::detected_isa());

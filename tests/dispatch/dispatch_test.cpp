@@ -380,6 +380,51 @@ TEST(KernelChoice, EveryKeyPicksItsKernel) {
     }
 }
 
+// A large-call kernel (schedules' large_calls) serves the calls of its key that move at least its
+// min_call_bytes, and its sibling the others: a call a token short of that size, and one at it.
+TEST(KernelChoice, LargeCallKernelServesCallsFromItsSize) {
+    int checked = 0;
+    for (const KernelEntry *large : all_kernels()) {
+        if (large->min_call_bytes == 0 || large->isa != rope_active_isa()) {
+            continue;
+        }
+        checked++;
+        CaseSpec c = kernel_case(*large, 128);
+        c.batch = 1;
+        c.q_heads = 32;
+        c.k_heads = 8;
+        c.memory = Memory::InPlace;  // the same bytes moved, half the memory
+        const uint64_t token_bytes = 2 * dtype_bytes(c.dtype) * static_cast<uint64_t>(c.head_dim * (c.q_heads + c.k_heads));
+        const uint64_t tokens = (large->min_call_bytes + token_bytes - 1) / token_bytes;
+        for (const int64_t seq : {static_cast<int64_t>(tokens) - 1, static_cast<int64_t>(tokens)}) {
+            c.seq = seq;
+            SCOPED_TRACE(std::string(large->name) + ": " + c.describe());
+            RopeCall call(c);
+            const rope_params p = call.params();
+            ASSERT_EQ(call_bytes(p), static_cast<uint64_t>(seq) * token_bytes);
+            rope_report report = rope_report_init();
+            ASSERT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+            if (call_bytes(p) >= large->min_call_bytes) {
+                EXPECT_STREQ(report.kernel, large->name);
+                ASSERT_EQ(call.run(dispatch_runner()), ROPE_OK) << call.report().message;
+                EXPECT_STREQ(call.report().kernel, large->name);
+                EXPECT_TRUE(call.check_outputs());
+            } else {
+                const KernelEntry *sibling = first_matching_kernel(p, rope_active_isa());
+                ASSERT_NE(sibling, nullptr);
+                EXPECT_EQ(sibling->min_call_bytes, 0u);
+                EXPECT_EQ(sibling->isa, large->isa);
+                EXPECT_STREQ(report.kernel, sibling->name);
+            }
+        }
+    }
+    if (checked == 0) {
+        GTEST_SKIP() << "no kernel at ISA level " << isa_name(rope_active_isa())
+                     << " has a large-call size class: no schedule this build used sets large_calls "
+                        "(schedules/README.md; the autotuner writes it where it measures one)";
+    }
+}
+
 // --- threads -------------------------------------------------------------------------------------
 
 /// A call with enough tokens for many parallel tasks (8.6 MiB moved: above the 4 MiB below which

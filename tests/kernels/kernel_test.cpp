@@ -503,7 +503,8 @@ TEST(KernelTable, NamesSpellTheirKeys) {
         const std::string head = k->head_dim == 0 ? "any" : std::to_string(k->head_dim);
         const std::string expected = std::string("ropegen_") + reference::style_name(k->style) + "_" +
                                      reference::source_name(k->source) + "_d" + head + "_" +
-                                     reference::dtype_name(k->dtype) + "__" + isa_name(k->isa);
+                                     reference::dtype_name(k->dtype) + (k->min_call_bytes ? "_large" : "") + "__" +
+                                     isa_name(k->isa);
         EXPECT_EQ(k->name, expected);
         EXPECT_TRUE(names.insert(k->name).second) << "duplicate kernel " << k->name;
     }
@@ -532,6 +533,23 @@ TEST(KernelTable, BestIsaFirst) {
             EXPECT_NE(kernels[i - 1]->head_dim, 0) << "fixed head_dim kernel " << kernels[i]->name
                                                    << " after an any-head_dim one of the same ISA";
         }
+    }
+}
+
+// A large-call kernel comes right before its sibling (same key and ISA, every size), which the
+// dispatcher takes for the calls the large one does not serve.
+TEST(KernelTable, LargeCallKernelPrecedesItsSibling) {
+    const std::vector<const KernelEntry *> kernels = all_kernels();
+    for (size_t i = 0; i < kernels.size(); i++) {
+        if (kernels[i]->min_call_bytes == 0) {
+            continue;
+        }
+        ASSERT_LT(i + 1, kernels.size()) << kernels[i]->name << " is last";
+        const KernelEntry &large = *kernels[i], &sibling = *kernels[i + 1];
+        EXPECT_EQ(sibling.min_call_bytes, 0u) << sibling.name;
+        EXPECT_TRUE(sibling.isa == large.isa && sibling.style == large.style && sibling.source == large.source &&
+                    sibling.dtype == large.dtype && sibling.head_dim == large.head_dim)
+            << large.name << " before " << sibling.name;
     }
 }
 

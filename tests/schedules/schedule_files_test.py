@@ -149,6 +149,36 @@ class TunedFileTest(unittest.TestCase):
         with self.assertRaisesRegex(rk.ScheduleError, re.escape(rule)):
             rk.load_tuned_file(path, "cuda-sm86", HALIDE, ROPEGEN)
 
+    def test_large_calls(self):
+        doc = tuned_doc()
+        doc["kernels"][0]["params"]["large_calls"] = {"from_bytes": 0, "vector_pairs": 16}
+        self.assert_rejected(self.write(doc), "kernels[0].params.large_calls.from_bytes: 0 must be an integer in [1, ")
+        doc["kernels"][0]["params"]["large_calls"] = {"from_bytes": 1 << 25}
+        self.assert_rejected(self.write(doc), "kernels[0].params.large_calls: sets no knob")
+        doc["kernels"][0]["params"]["large_calls"] = {"from_bytes": 1 << 25, "layouts": {}}
+        self.assert_rejected(self.write(doc), "kernels[0].params.large_calls: unknown key(s) ['layouts']")
+        doc["kernels"][0]["params"]["large_calls"] = {"from_bytes": 1 << 25, "vector_pairs": 12}
+        self.assert_rejected(self.write(doc), "kernels[0].params.large_calls.vector_pairs: 12 must be a power of two")
+        doc = tuned_doc("cuda-sm86", GPU_PARAMS)
+        doc["kernels"][0]["params"]["large_calls"] = {"from_bytes": 1 << 25, "vector_pairs": 4}
+        with self.assertRaisesRegex(rk.ScheduleError, re.escape("kernels[0].params: unknown key(s) ['large_calls']")):
+            rk.load_tuned_file(self.write(doc, directory="cuda-sm86"), "cuda-sm86", HALIDE, ROPEGEN)
+
+    def test_large_calls_make_a_sibling_kernel(self):
+        entries = rk.load_schedule_file(REPO / "schedules" / f"{TARGET}.json", TARGET)
+        doc = tuned_doc()
+        doc["kernels"][0]["params"]["large_calls"] = {"from_bytes": 1 << 25, "vector_pairs": 16}
+        resolved = rk.resolve(entries, KEY, rk.load_tuned_file(self.write(doc), TARGET, HALIDE, ROPEGEN))
+        (from_bytes, large), (every, sibling) = rk.size_classes(KEY, resolved)
+        self.assertEqual((from_bytes, every), (1 << 25, 0))
+        self.assertEqual(sibling, CPU_PARAMS)
+        self.assertEqual(large, dict(CPU_PARAMS, vector_pairs=16))
+        # The sibling's own knobs: no kernel of its own.
+        doc["kernels"][0]["params"]["large_calls"] = {"from_bytes": 1 << 25, "vector_pairs": 8}
+        resolved = rk.resolve(entries, KEY, rk.load_tuned_file(self.write(doc), TARGET, HALIDE, ROPEGEN))
+        with self.assertRaisesRegex(rk.ScheduleError, "would be a twin"):
+            rk.size_classes(KEY, resolved)
+
     def test_cos_sin_placement_must_be_what_the_dispatcher_reserves(self):
         doc = tuned_doc()
         for placement in ("task", "root"):  # the cache source reads its tables inline
@@ -361,6 +391,26 @@ class CommandLineTest(unittest.TestCase):
                       "bhsd_tokens_per_task=32 bhsd_head_loop=outside_tokens",
                       self.params_line(script))
         self.assertIn(f'message(STATUS "ropegen: {TARGET}: tuned schedule {path} (measured, 2026-11-21)")', script)
+
+    def test_large_calls_kernel_listed_before_its_sibling(self):
+        path = self.write_tuned()
+        doc = json.loads(path.read_text())
+        doc["kernels"][0]["params"]["large_calls"] = {"from_bytes": 33554432, "vector_pairs": 16}
+        path.write_text(json.dumps(doc))
+        result, script = self.run_script(MACHINE)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = [line for line in (self.root / "kernels.inc").read_text().splitlines()
+                 if line.startswith("ROPE_KERNEL(ropegen_half_cache_d128_f32")]
+        self.assertEqual(lines, [
+            "ROPE_KERNEL(ropegen_half_cache_d128_f32_large__avx512, ROPE_ISA_AVX512, ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, "
+            "ROPE_DTYPE_F32, 128, 0, 33554432ull)",
+            "ROPE_KERNEL(ropegen_half_cache_d128_f32__avx512, ROPE_ISA_AVX512, ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, "
+            "ROPE_DTYPE_F32, 128, 0, 0ull)"])
+        self.assertIn(" vector_pairs=8 ", " " + self.params_line(script))
+        large = next(line for line in script.splitlines()
+                     if line.startswith("set(ROPEGEN_KERNEL_ropegen_half_cache_d128_f32_large__avx512_PARAMS "))
+        self.assertIn(" vector_pairs=16 unroll_pairs=4 ", large)
+        self.assertNotIn("large_calls", script)
 
     def test_tuned_file_wins_over_a_fully_specific_default_entry(self):
         doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())

@@ -19,18 +19,19 @@
 
 namespace ropegen::test {
 
-/// The kernel name without its ISA suffix: what kernels of one key share.
+/// The kernel name without its ISA suffix and size class: what kernels of one key share.
 inline std::string kernel_key(const KernelEntry &kernel) {
     const std::string name = kernel.name;
-    return name.substr(0, name.rfind("__"));
+    const size_t end = name.rfind("__");
+    return name.substr(0, kernel.min_call_bytes != 0 ? name.rfind("_large", end) : end);
 }
 
 /// One kernel per key (style, source, dtype, head_dim) of this build, of the best ISA this CPU
-/// runs; the any-head_dim kernels included.
+/// runs and the size class of every call; the any-head_dim kernels included.
 inline std::vector<const KernelEntry *> one_kernel_per_key() {
     std::map<std::string, const KernelEntry *> best;
     for (const KernelEntry *kernel : all_kernels()) {
-        if (kernel->isa <= detected_isa()) {
+        if (kernel->isa <= detected_isa() && kernel->min_call_bytes == 0) {
             best.emplace(kernel_key(*kernel), kernel);  // the table lists the best ISA first
         }
     }

@@ -45,6 +45,9 @@ struct KernelEntry {
     /// neighbouring pairs, a word), so q_out and k_out must be 4-byte aligned with even strides
     /// (interleaved_rotation or half_rotation words).
     bool pair_words = false;
+    /// CPU kernels: > 0 for a large-call kernel (schedules' large_calls), which serves calls moving
+    /// at least this many bytes (call_bytes); the table lists it before its sibling of the same key.
+    uint64_t min_call_bytes = 0;
 };
 
 /// Every CPU kernel the build emitted, best ISA first and, within an ISA, fixed head_dims first.
@@ -91,6 +94,32 @@ inline bool kernel_matches(const KernelEntry &kernel, const rope_params &params)
     const bool whole_heads = params.rotary_dim == 0 || params.rotary_dim == params.q.sizes[3];
     return kernel.style == params.style && kernel.source == params.angles.source && kernel.dtype == params.q.dtype &&
            (kernel.head_dim == 0 || (kernel.head_dim == params.q.sizes[3] && whole_heads));
+}
+
+/// The bytes a call moves: what it reads of q and k and writes to q_out and k_out (saturating).
+inline uint64_t call_bytes(const rope_params &params) {
+    uint64_t total = 0;
+    for (const rope_tensor *t : {&params.q, &params.k}) {
+        if (t->data == nullptr) {
+            continue;
+        }
+        uint64_t bytes = 2 * dtype_bytes(t->dtype);
+        for (const int64_t size : t->sizes) {
+            if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(size), &bytes)) {
+                return UINT64_MAX;
+            }
+        }
+        if (__builtin_add_overflow(total, bytes, &total)) {
+            return UINT64_MAX;
+        }
+    }
+    return total;
+}
+
+/// True when `kernel` serves calls of this size: a large-call kernel only those moving at least
+/// its min_call_bytes (its sibling serves the others).
+inline bool size_class_fits(const KernelEntry &kernel, const rope_params &params) {
+    return kernel.min_call_bytes == 0 || call_bytes(params) >= kernel.min_call_bytes;
 }
 
 /// True when tensor `t` is absent (no k) or starts `alignment`-byte aligned with every stride it

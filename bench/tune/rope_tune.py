@@ -810,6 +810,8 @@ def main(argv=None):
 
     # Calls moving more than the last-level cache stream from DRAM, where other knobs can win.
     from_bytes = last_level_cache_bytes() if args.large_calls_from is None else args.large_calls_from
+    if from_bytes is not None and not 0 <= from_bytes <= rk.MAX_FROM_BYTES:
+        parser.error(f"--large-calls-from: {from_bytes} must be 0 (none) or a byte count up to {rk.MAX_FROM_BYTES}")
     for key in keys:
         kid = key_id(key)
         if kid in results:

@@ -248,7 +248,8 @@ def load_schedule_file(path, target):
     if len(defaults) != 1:
         raise ScheduleError(f"{path}: needs exactly one entry whose match is all \"*\" (the complete default), found {len(defaults)}")
     for values in itertools.product(*MATCH_KEYS.values()):
-        resolve(entries, dict(zip(MATCH_KEYS, values)))
+        key = dict(zip(MATCH_KEYS, values))
+        size_classes(key, resolve(entries, key))
     return entries
 
 
@@ -479,7 +480,8 @@ def kernel_name(isa, style, head_dim, dtype, source, large=False):
 
 def size_classes(key, resolved):
     """A kernel key's kernels as (min_call_bytes, resolved params), the dispatcher's order: the
-    large-call sibling first when the schedule has one (0: every call)."""
+    large-call sibling first when the schedule has one (0: every call). A large_calls whose knobs
+    are the kernel's own (a later change of the defaults can make them so) adds no kernel."""
     classes = [(0, {k: v for k, v in resolved.items() if k != LARGE_CALLS})]
     if LARGE_CALLS in resolved:
         large = dict(resolved[LARGE_CALLS])
@@ -487,10 +489,8 @@ def size_classes(key, resolved):
         params = _plain_words(key, {**classes[0][1], **large})
         for message in rule_violations(key, params).values():
             raise ScheduleError(f"{LARGE_CALLS} of kernel {key}: {message}")
-        if params == classes[0][1]:
-            raise ScheduleError(f"{LARGE_CALLS} of kernel {key}: {json.dumps(large)} are the kernel's own knobs, so its "
-                                "large-call kernel would be a twin; drop it")
-        classes.insert(0, (from_bytes, params))
+        if params != classes[0][1]:
+            classes.insert(0, (from_bytes, params))
     return classes
 
 

@@ -308,7 +308,8 @@ Node call_node(const CallShape &shape) {
     // The query reads real buffers (validation reads positions and checks overlaps): keep them small.
     if (batch * seq * std::max(heads, kv_heads) * head_dim > (1ll << 28)) {
         std::fprintf(stderr, "ropegen-info: --call: batch*seq*heads*head_dim above 2^28 elements; the tool allocates "
-                             "the call's buffers, so ask with a smaller batch or seq (the kernel does not depend on them)\n");
+                             "the call's buffers, so ask with a smaller batch or seq (the kernel depends on them only through a "
+                             "large-call kernel's size, which --kernels lists)\n");
         std::exit(2);
     }
 

@@ -389,7 +389,7 @@ TEST(KernelChoice, LargeCallKernelServesCallsFromItsSize) {
             continue;
         }
         checked++;
-        CaseSpec c = kernel_case(*large, 128);
+        CaseSpec c = kernel_case(*large, 96);  // an any-head_dim kernel at a head_dim only it serves
         c.batch = 1;
         c.q_heads = 32;
         c.k_heads = 8;
@@ -410,11 +410,8 @@ TEST(KernelChoice, LargeCallKernelServesCallsFromItsSize) {
                 EXPECT_STREQ(call.report().kernel, large->name);
                 EXPECT_TRUE(call.check_outputs());
             } else {
-                const KernelEntry *sibling = first_matching_kernel(p, rope_active_isa());
-                ASSERT_NE(sibling, nullptr);
-                EXPECT_EQ(sibling->min_call_bytes, 0u);
-                EXPECT_EQ(sibling->isa, large->isa);
-                EXPECT_STREQ(report.kernel, sibling->name);
+                EXPECT_EQ(first_matching_kernel(p, rope_active_isa()), large + 1);
+                EXPECT_STREQ(report.kernel, large[1].name);
             }
         }
     }

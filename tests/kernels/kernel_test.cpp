@@ -540,16 +540,21 @@ TEST(KernelTable, BestIsaFirst) {
 // dispatcher takes for the calls the large one does not serve.
 TEST(KernelTable, LargeCallKernelPrecedesItsSibling) {
     const std::vector<const KernelEntry *> kernels = all_kernels();
+    int checked = 0;
     for (size_t i = 0; i < kernels.size(); i++) {
         if (kernels[i]->min_call_bytes == 0) {
             continue;
         }
+        checked++;
         ASSERT_LT(i + 1, kernels.size()) << kernels[i]->name << " is last";
         const KernelEntry &large = *kernels[i], &sibling = *kernels[i + 1];
         EXPECT_EQ(sibling.min_call_bytes, 0u) << sibling.name;
         EXPECT_TRUE(sibling.isa == large.isa && sibling.style == large.style && sibling.source == large.source &&
                     sibling.dtype == large.dtype && sibling.head_dim == large.head_dim)
             << large.name << " before " << sibling.name;
+    }
+    if (checked == 0) {
+        GTEST_SKIP() << "no kernel of this build has a large-call size class: no schedule it used sets large_calls";
     }
 }
 

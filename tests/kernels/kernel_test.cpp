@@ -553,9 +553,9 @@ TEST(KernelTable, LargeCallKernelPrecedesItsSibling) {
                     sibling.dtype == large.dtype && sibling.head_dim == large.head_dim)
             << large.name << " before " << sibling.name;
     }
-    if (checked == 0) {
-        GTEST_SKIP() << "no kernel of this build has a large-call size class: no schedule it used sets large_calls";
-    }
+    // Without large kernels there is nothing to order (KernelChoice.LargeCallKernelServesCallsFromItsSize
+    // says so loudly); a skip here would skip the KernelTable group, which skips whole or not at all.
+    RecordProperty("large_call_kernels", checked);
 }
 
 // The generator starts every kernel function on a 64-byte boundary (rope_generator.cpp), so a

@@ -74,16 +74,18 @@ HALF_ROTATIONS = ("lanes", "words")
 # fixed head_dim 16-bit kernels of one style; for the others words means the plain value.
 PAIR_WORDS_KNOBS = (("interleaved_rotation", "interleaved", "deinterleave"), ("half_rotation", "half", "lanes"))
 # The knobs of each kind of target family: CPU families are named after an ISA, CUDA ones "cuda-*".
-CPU_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "cos_sin_vectors", "store_order", "interleaved_rotation",
-             "half_rotation", "layouts")
+# CORE_KNOBS shape a CPU kernel's rotation loops (the autotuner's core grid); "layouts" holds the
+# loop nest knobs of each layout group.
+CORE_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "cos_sin_vectors", "store_order", "interleaved_rotation",
+              "half_rotation")
+CPU_KNOBS = CORE_KNOBS + ("layouts",)
 GPU_KNOBS = ("vector_pairs", "gpu")
 # A CPU kernel's size class (optional, in any entry): calls moving at least from_bytes (read and
 # written, q and k) take a sibling kernel, <name>_large, built with these knobs overlaid (from
 # DRAM the widths and orders that win in cache can lose). The knobs are the core ones but
 # cos_sin_at, which the allocation rule fixes per source.
 LARGE_CALLS = "large_calls"
-LARGE_CALL_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_vectors", "store_order", "interleaved_rotation",
-                    "half_rotation")
+LARGE_CALL_KNOBS = tuple(knob for knob in CORE_KNOBS if knob != "cos_sin_at")
 MAX_FROM_BYTES = 1 << 62
 GPU_GROUP_KNOBS = ("threads_per_block", "pair_threads", "tokens_per_block")
 # Static shared memory a CUDA block may use: a block's cos/sin table must fit in it.

@@ -64,8 +64,9 @@ import ropegen_kernels as rk  # noqa: E402  (the build's schedule format, knobs 
 sys.path.insert(0, str(ROOT / "bench"))
 import neon_asm  # noqa: E402  (aarch64 hot loops and their llvm-mca estimates)
 
-# The knob values the search may try; the schedule format's ranges are wider.
-CORE_SPACE = {
+# The knob values the search may try; the schedule format's ranges are wider. Every core knob of
+# the format (a new one without values here is a KeyError at import).
+CORE_VALUES = {
     "vector_pairs": (4, 8, 16, 32, 64),
     "unroll_pairs": (1, 2, 4),
     "cos_sin_at": rk.COS_SIN_AT,
@@ -74,6 +75,7 @@ CORE_SPACE = {
     "interleaved_rotation": rk.INTERLEAVED_ROTATIONS,
     "half_rotation": rk.HALF_ROTATIONS,
 }
+CORE_SPACE = {knob: CORE_VALUES[knob] for knob in rk.CORE_KNOBS}
 LAYOUT_SPACE = {
     "tokens_per_task": (1, 2, 4, 8, 16, 32, 64),
     "head_loop": rk.HEAD_LOOPS,
@@ -286,7 +288,7 @@ def staged_search(default, key, isa, measure, out_of_budget, judges=MEASURED_KNO
 def large_call_stage(default, tuned, tuned_m, key, isa, measure, from_bytes, judges=MEASURED_KNOBS):
     """The large-call kernel of a key (schedules' large_calls): the core grid with `tuned`'s
     layouts, judged on the shapes that move at least `from_bytes` alone (as `tuned_m` lists
-    them), by successive halving. Its winner must beat `tuned` there by LARGE_CALL_MIN_GAIN in two
+    them; only those are timed), by successive halving. Its winner must beat `tuned` there by LARGE_CALL_MIN_GAIN in two
     confirmation runs. Returns (the large_calls entry, its Measurement, tuned's), or None when no
     shape is that large or tuned serves those calls best."""
     large = [s for s, info in tuned_m.shapes.items() if info["bytes"] >= from_bytes]
@@ -295,16 +297,16 @@ def large_call_stage(default, tuned, tuned_m, key, isa, measure, from_bytes, jud
     tuned = canonical(tuned)
     pool = [tuned] + [p for p in (with_core(tuned, core) for core in core_candidates(key, isa, default, judges))
                       if p != tuned]
-    measurements = measure(pool, REPS_SCREEN, "large-call knobs")
+    measurements = measure(pool, REPS_SCREEN, "large-call knobs", from_bytes)
     scored = sorted((-m.score(shapes=large), i) for i, m in enumerate(measurements) if m is not None)
     finalists = [pool[i] for _, i in scored[:max(3, len(scored) // 3)]]
-    measurements = measure(finalists, REPS_FINAL, "large-call finalists")
+    measurements = measure(finalists, REPS_FINAL, "large-call finalists", from_bytes)
     best = finalists[max(range(len(finalists)),
                          key=lambda i: measurements[i].score(shapes=large) if measurements[i] else 0.0)]
     if best == tuned:
         return None
     for stage in ("large-call confirmation", "large-call second confirmation"):
-        tuned_m, best_m = measure([tuned, best], REPS_CONFIRM, stage)
+        tuned_m, best_m = measure([tuned, best], REPS_CONFIRM, stage, from_bytes)
         if best_m is None or best_m.score(shapes=large) < LARGE_CALL_MIN_GAIN * tuned_m.score(shapes=large):
             return None
     knobs = {knob: best[knob] for knob in rk.LARGE_CALL_KNOBS if best[knob] != tuned[knob]}
@@ -463,7 +465,9 @@ class Workbench:
                        check=True, capture_output=True, text=True)
         return shared
 
-    def measure(self, key, pool, reps):
+    def measure(self, key, pool, reps, min_bytes=0):
+        """A Measurement per candidate of `pool` (None for one that fails its check), on the shapes
+        that move at least `min_bytes`."""
         built = self.build_all(key, pool)
         with tempfile.NamedTemporaryFile("w", suffix=".txt", dir=self.cache, delete=False) as listing:
             for index, ((shared, function), params) in enumerate(zip(built, pool)):
@@ -472,7 +476,7 @@ class Workbench:
         try:
             run = subprocess.run([str(self.harness), "--style", key["style"], "--source", key["source"],
                                   "--dtype", key["dtype"], "--head-dim", str(key["head_dim"]), "--isa", self.isa,
-                                  "--candidates", listing.name, "--reps", str(reps)],
+                                  "--candidates", listing.name, "--reps", str(reps), "--min-bytes", str(min_bytes)],
                                  capture_output=True, text=True)
         finally:
             os.unlink(listing.name)
@@ -522,7 +526,8 @@ class ModelledBench(Workbench):
     def finish(self, scratch, function):
         return scratch / f"{function}.s"
 
-    def measure(self, key, pool, reps):
+    def measure(self, key, pool, reps, min_bytes=0):
+        assert min_bytes == 0, "the model has no shapes: nothing to select by size"
         head_bytes = (key["head_dim"] or ANY_HEAD_DIM) * neon_asm.ELEMENT_BYTES[key["dtype"]]
         measurements = []
         for (assembly, _), params in zip(self.build_all(key, pool), pool):
@@ -677,30 +682,40 @@ def table(results, keys):
 
 def compare(bench, defaults, tuned_entries, keys, progress):
     """Default against tuned, measured afresh (not the run that chose them, whose winner is
-    favoured by its own noise), for every key the tuned file (`tuned_entries`) holds: a markdown
-    table, and the keys whose default or tuned schedule fails its check on this build (a row says
-    which)."""
+    favoured by its own noise), for every key the tuned file (`tuned_entries`) holds, and a key's
+    large-call kernel against its sibling on the shapes it serves: a markdown table, and the keys
+    whose default or tuned schedule fails its check on this build (a row says which)."""
     tuned_keys = {key_id(match) for _, match, _ in tuned_entries}
     rows, kept, failed = [], 0, []
+
+    def row(key, label, pair, min_bytes=0, knobs=()):
+        progress.show(f"{label}: {REPS_CONFIRM} reps")
+        measured = bench.measure(key, pair, REPS_CONFIRM, min_bytes)
+        cells = [m.headline() if m is not None else "fails its check" for m in measured]
+        if None in measured and key not in failed:
+            failed.append(key)
+        speedup = "-" if None in measured else f"{measured[1].score() / measured[0].score():.3f}"
+        rows.append(f"| {label} | {cells[0]} | {cells[1]} | {speedup} | {', '.join(knobs)} |")
+
     for key in (k for k in keys if key_id(k) in tuned_keys):
         progress.done += 1
         default, tuned = canonical(rk.resolve(defaults, key)), canonical(rk.resolve(defaults, key, tuned_entries))
-        # The key's own kernel; a large-call one (large_calls) was confirmed by stage 4 of its run.
-        own = {knob: value for knob, value in tuned.items() if knob != rk.LARGE_CALLS}
-        if own == default:
+        # (min_call_bytes, params): the key's own kernel last, a large-call one before it.
+        classes = rk.size_classes(key, tuned)
+        own = canonical(classes[-1][1])
+        if own == default and len(classes) == 1:
             kept += 1
             continue
-        progress.show(f"{key_id(key)}: default against tuned, {REPS_CONFIRM} reps")
-        default_m, tuned_m = bench.measure(key, [default, own], REPS_CONFIRM)
-        cells = [m.headline() if m is not None else "fails its check" for m in (default_m, tuned_m)]
-        if None in (default_m, tuned_m):
-            failed.append(key)
-            speedup = "-"
-        else:
-            speedup = f"{tuned_m.score() / default_m.score():.3f}"
-        rows.append(f"| {key_id(key)} | {cells[0]} | {cells[1]} | {speedup} | {', '.join(changed_knobs(default, tuned))} |")
-    header = [f"| key | default ({bench.measurement.UNIT.replace('_', ' ')}) | tuned | speedup | changed knobs |", "|---|---|---|---|---|"]
-    return "\n".join(header + rows) + f"\n\nThe other {kept} keys kept the defaults (large-call kernels are not compared).\n", failed
+        knobs = changed_knobs(default, tuned)
+        if own != default:
+            row(key, key_id(key), [default, own], knobs=[k for k in knobs if not k.startswith(rk.LARGE_CALLS)])
+        if len(classes) > 1 and bench.judges == MEASURED_KNOBS:  # the model has no call sizes
+            from_bytes, large = classes[0]
+            row(key, f"{key_id(key)}, calls from {from_bytes} bytes (tuned: the large-call kernel)",
+                [own, canonical(large)], from_bytes, [k for k in knobs if k.startswith(rk.LARGE_CALLS)])
+    header = [f"| key | default ({bench.measurement.UNIT.replace('_', ' ')}) | tuned | speedup | changed knobs |",
+              "|---|---|---|---|---|"]
+    return "\n".join(header + rows) + f"\n\nThe other {kept} keys kept the defaults.\n", failed
 
 
 def changed_params(default, params):
@@ -824,9 +839,9 @@ def main(argv=None):
         started = time.monotonic()
         default = canonical(rk.resolve(defaults, key))
 
-        def measure(pool, reps, stage, key=key, kid=kid):
+        def measure(pool, reps, stage, min_bytes=0, key=key, kid=kid):
             progress.show(f"{kid}: {stage}, {len(pool)} candidates x {reps} reps")
-            return bench.measure(key, pool, reps)
+            return bench.measure(key, pool, reps, min_bytes)
 
         if args.full_sweep:
             swept = full_sweep(default, key, isa, measure)

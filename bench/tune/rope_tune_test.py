@@ -54,16 +54,20 @@ class Landscape:
             speed *= 1.0 if params["layouts"]["strided"]["tokens_per_task"] == self.root_tile else 0.9
         return speed
 
-    def measure(self, pool, reps, stage):
+    def shapes(self, params):
+        return {shape: {"layout": layout, "bytes": 1000, "ns": 100 / self.speed(params, layout), "memcpy_ns": 50.0,
+                        "spread": 0.0}
+                for shape, layout in SHAPES.items()}
+
+    def measure(self, pool, reps, stage, min_bytes=0):
         self.calls.append((len(pool), reps, stage))
         result = []
         for params in pool:
             if rt.canonical(params) in self.broken:
                 result.append(None)
                 continue
-            result.append(rt.Measurement({shape: {"layout": layout, "bytes": 1000, "ns": 100 / self.speed(params, layout),
-                                                  "memcpy_ns": 50.0, "spread": 0.0}
-                                          for shape, layout in SHAPES.items()}))
+            result.append(rt.Measurement({shape: info for shape, info in self.shapes(params).items()
+                                          if info["bytes"] >= min_bytes}))
         return result
 
 
@@ -196,12 +200,14 @@ class LargeLandscape(Landscape):
     """Landscape plus one shape of a GiB (layout bshd), on which vector_pairs 16 beats the rest
     of the best core."""
 
-    def measure(self, pool, reps, stage):
-        result = super().measure(pool, reps, stage)
-        for params, m in zip(pool, result):
-            if m is not None:
-                m.shapes["prefill_huge"] = {"layout": "bshd", "bytes": 1 << 30, "memcpy_ns": 50.0, "spread": 0.0,
-                                            "ns": 100 / self.speed(params, "bshd") / (1.0 if params["vector_pairs"] == 16 else 0.6)}
+    def shapes(self, params):
+        return {**super().shapes(params), "prefill_huge": {
+            "layout": "bshd", "bytes": 1 << 30, "memcpy_ns": 50.0, "spread": 0.0,
+            "ns": 100 / self.speed(params, "bshd") / (1.0 if params["vector_pairs"] == 16 else 0.6)}}
+
+    def measure(self, pool, reps, stage, min_bytes=0):
+        result = super().measure(pool, reps, stage, min_bytes)
+        self.timed_shapes = [sorted(m.shapes) for m in result if m is not None]
         return result
 
 
@@ -212,6 +218,9 @@ class LargeCallTest(unittest.TestCase):
         self.assertEqual(tuned["vector_pairs"], 8)  # six shapes of seven favour it
         entry, large_m, sibling_m = rt.large_call_stage(default, tuned, tuned_m, KEY, ISA, landscape.measure, 1 << 29)
         self.assertEqual((entry["from_bytes"], entry["vector_pairs"]), (1 << 29, 16))
+        # Its runs timed the large shape alone.
+        self.assertEqual(landscape.calls[-1][2], "large-call second confirmation")
+        self.assertEqual(landscape.timed_shapes, [["prefill_huge"]] * 2)
         # Only what differs from the sibling (here a block of 16 pairs takes a knob of the best core:
         # the unroll or the words, whichever comes first among equals).
         self.assertTrue(all(tuned[knob] != value for knob, value in entry.items() if knob != "from_bytes"))
@@ -330,6 +339,7 @@ class FakeWorkbench(rt.Workbench):
     interrupt_after = None  # keys measured before a KeyboardInterrupt
     measure_calls = collections.Counter()  # per key id, in the order first measured
     broken = ()  # candidates that fail their check
+    min_bytes_seen = set()  # the sizes of the shapes measurements were asked for
 
     def __init__(self, build, family, isa, jobs, log):
         self.fingerprint = "fake"
@@ -338,12 +348,13 @@ class FakeWorkbench(rt.Workbench):
     def machine(self):
         return {"slug": "test-machine", "cpu": "a test CPU"}
 
-    def measure(self, key, pool, reps):
+    def measure(self, key, pool, reps, min_bytes=0):
         calls = FakeWorkbench.measure_calls
         if rt.key_id(key) not in calls and len(calls) == FakeWorkbench.interrupt_after:
             raise KeyboardInterrupt
         calls[rt.key_id(key)] += 1
-        return self.landscape.measure(pool, reps, "")
+        FakeWorkbench.min_bytes_seen.add(min_bytes)
+        return self.landscape.measure(pool, reps, "", min_bytes)
 
 
 class ResumeTest(unittest.TestCase):
@@ -425,6 +436,28 @@ class ResumeTest(unittest.TestCase):
             self.assertNotIn("old table", written)
             begin, end = sections["other-machine"]
             self.assertEqual(text[text.index(begin):text.index(end) + len(end)], f"{begin}\nold table\n{end}")
+
+    def test_compare_times_a_large_call_kernel_against_its_sibling_on_its_calls(self):
+        with tempfile.TemporaryDirectory() as tmp, \
+                mock.patch.object(rt, "Workbench", FakeWorkbench), \
+                mock.patch.object(rt, "versions", lambda build: ("21.0.0", "0.1.0")), \
+                mock.patch("sys.stdout") as stdout:
+            argv = ["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache,style=half", "--build", tmp,
+                    "--out-dir", tmp]
+            FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
+            self.assertEqual(rt.main(argv + ["--fresh", "--large-calls-from", "0"]), 0)
+            out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
+            document = json.loads(out.read_text())
+            document["kernels"][0]["params"][rk.LARGE_CALLS] = {"from_bytes": 1000, "vector_pairs": 16}
+            out.write_text(json.dumps(document))
+            FakeWorkbench.min_bytes_seen = set()
+            self.assertEqual(rt.main(argv + ["--compare"]), 0)
+            printed = "".join(call.args[0] for call in stdout.write.call_args_list)
+            # Both rows: the key's own kernel against the default, and the large-call one against it.
+            self.assertIn("| half/cache/d128/bf16 | 0.344 |", printed)
+            self.assertIn("| half/cache/d128/bf16, calls from 1000 bytes (tuned: the large-call kernel) |", printed)
+            self.assertIn("large_calls(1000):vector_pairs=16 |", printed)
+            self.assertEqual(FakeWorkbench.min_bytes_seen, {0, 1000})
 
     def test_the_file_names_every_command_that_wrote_it_in_order(self):
         with tempfile.TemporaryDirectory() as tmp, \

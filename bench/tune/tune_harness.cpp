@@ -5,7 +5,7 @@
 // own path (validation, buffer set-up, threads), so it is timed exactly as the library would run it.
 //
 //   rope_tune_harness --style half --source cache --dtype f32 --head-dim 128 --isa avx512
-//                     --candidates list.txt [--reps 7] [--min-rep-ms 2]
+//                     --candidates list.txt [--reps 7] [--min-rep-ms 2] [--min-bytes 0]
 //
 // list.txt has one candidate per line: "<id> <shared object> <function name> <pair words: 0|1>"
 // (1: it stores its 16-bit lanes as 32-bit words, KernelEntry::pair_words). Output, one JSON
@@ -17,6 +17,8 @@
 // then repetitions are interleaved: each repetition runs every candidate and the memcpy once, in
 // a shuffled order, so drift of a shared, noisy machine spreads over all of them alike. A
 // repetition runs enough calls to last --min-rep-ms; the tuner takes medians of the repetitions.
+// --min-bytes times only the shapes that move at least that many bytes (the tuner's large-call
+// stage judges those alone).
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -82,6 +84,7 @@ struct Options {
     std::string candidates;
     int reps = 7;
     double min_rep_seconds = 0.002;
+    int64_t min_bytes = 0;
 };
 
 struct Candidate {
@@ -150,6 +153,9 @@ bool parse_options(int argc, char **argv, Options *options, std::string *error) 
         } else if (flag == "--reps") {
             options->reps = std::atoi(value.c_str());
             ok = options->reps > 0;
+        } else if (flag == "--min-bytes") {
+            options->min_bytes = std::atoll(value.c_str());
+            ok = options->min_bytes >= 0;
         } else if (flag == "--min-rep-ms") {
             options->min_rep_seconds = std::atof(value.c_str()) / 1000;
             ok = options->min_rep_seconds > 0;
@@ -317,6 +323,9 @@ void time_shape(const Options &options, const TimedShape &shape, const std::vect
     const rope_params params = call.params();
     const size_t q_bytes = call.q.storage()->bytes.size();
     const size_t k_bytes = call.k.storage()->bytes.size();
+    if (2 * (q_bytes + k_bytes) < static_cast<uint64_t>(options.min_bytes)) {
+        return;
+    }
     const int threads = 2 * (q_bytes + k_bytes) < kSerialCallBytes ? 1 : static_cast<int>(std::thread::hardware_concurrency());
     ropebench::WorkerPool pool(threads);
     // In place the outputs are the inputs: the memcpy copies into buffers of its own, the same

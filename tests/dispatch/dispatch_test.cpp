@@ -422,6 +422,27 @@ TEST(KernelChoice, LargeCallKernelServesCallsFromItsSize) {
     }
 }
 
+// call_bytes, the size that picks a size class: q and k read and written, every lane of a head out
+// of place (the lanes outside the rotary slice are copied) and only the rotary slice in place.
+TEST(KernelChoice, CallBytesCountWhatACallMoves) {
+    CaseSpec c;  // f32, [2, 5] tokens, 3 q and 2 k heads of 64 lanes
+    const uint64_t heads = 2 * 5 * (3 + 2), bytes_per_lane = 2 * 4;
+    EXPECT_EQ(call_bytes(RopeCall(c).params()), heads * 64 * bytes_per_lane);
+    c.rotary_dim = 32;
+    c.rotary_offset = 16;
+    EXPECT_EQ(call_bytes(RopeCall(c).params()), heads * 64 * bytes_per_lane);
+    c.memory = Memory::InPlace;
+    EXPECT_EQ(call_bytes(RopeCall(c).params()), heads * 32 * bytes_per_lane);
+    c.k_heads = 0;
+    EXPECT_EQ(call_bytes(RopeCall(c).params()), 2 * 5 * 3 * 32 * bytes_per_lane);
+    c.dtype = ROPE_DTYPE_BF16;
+    const RopeCall call(c);
+    rope_params huge = call.params();
+    EXPECT_EQ(call_bytes(huge), 2 * 5 * 3 * 32 * 2 * 2u);
+    huge.q.sizes[1] = int64_t{1} << 62;
+    EXPECT_EQ(call_bytes(huge), UINT64_MAX);  // saturates
+}
+
 // --- threads -------------------------------------------------------------------------------------
 
 /// A call with enough tokens for many parallel tasks (8.6 MiB moved: above the 4 MiB below which

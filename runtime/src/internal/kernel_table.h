@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "ropegen/rope.h"
@@ -97,14 +99,19 @@ inline bool kernel_matches(const KernelEntry &kernel, const rope_params &params)
 }
 
 /// The bytes a call moves: what it reads of q and k and writes to q_out and k_out (saturating).
+/// Out of place every lane of a head is read and written (lanes outside the rotary slice are
+/// copied); in place only the rotary slice is.
 inline uint64_t call_bytes(const rope_params &params) {
     uint64_t total = 0;
-    for (const rope_tensor *t : {&params.q, &params.k}) {
-        if (t->data == nullptr) {
+    for (const auto &[in, out] : {std::pair{&params.q, &params.q_out}, std::pair{&params.k, &params.k_out}}) {
+        if (in->data == nullptr) {
             continue;
         }
-        uint64_t bytes = 2 * dtype_bytes(t->dtype);
-        for (const int64_t size : t->sizes) {
+        const int64_t head_dim = in->sizes[3];
+        const bool partial_in_place = in->data == out->data && params.rotary_dim > 0 && params.rotary_dim < head_dim;
+        const int64_t lanes = partial_in_place ? params.rotary_dim : head_dim;
+        uint64_t bytes = 2 * dtype_bytes(in->dtype);
+        for (const int64_t size : {in->sizes[0], in->sizes[1], in->sizes[2], lanes}) {
             if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(size), &bytes)) {
                 return UINT64_MAX;
             }

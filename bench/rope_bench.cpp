@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Google Benchmark suite of ropegen through its public entry point, rope_dispatch(), against
 // baselines on the same buffers: memcpy of the same bytes (the bandwidth ceiling), a plain copy
-// loop of them (copy_loop.cpp: stores through the cache, as a kernel does) and the scalar loop an
+// loop of them (copy_loop.cpp: stores through the cache, as a kernel does), for the decode shapes
+// the same loop rewriting q and k in place (the floor of the in-place rows) and the scalar loop an
 // engine writes by hand (scalar_rope.cpp). Every benchmark is registered from the tables
 // below; names are "kind/key:value/..." so bench_table.py can parse them back.
 //
@@ -11,7 +12,8 @@
 // thread count / this benchmark's time (1.0 = memcpy speed), and for the kernels of the cache
 // source scalar_ratio = the scalar loop's time / the kernel's (> 1: the kernel is faster); out of
 // place, half_ratio (interleaved rows) and cache_ratio (computed sources) = the time of the same
-// call in the half style, or with the cache source / this row's.
+// call in the half style, or with the cache source / this row's; in place, rewrite_ratio = the
+// in-place rewrite's time / this row's.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -267,11 +269,12 @@ int run_on_pool(void *, int (*task)(void *task_context, int index), void *task_c
     return first_error.load();
 }
 
-// The copy baselines: q -> q_out and k -> k_out by `copy`, each split evenly over the threads.
-void copy_qk(const Workspace &ws, int threads, CopyFunction copy = memcpy_bytes) {
+// The copy baselines: q -> q_out and k -> k_out by `copy`, each split evenly over the threads;
+// in place q -> q and k -> k (rewrite_loop).
+void copy_qk(const Workspace &ws, int threads, CopyFunction copy = memcpy_bytes, bool in_place = false) {
     run_parts(threads, [&](int part) {
-        copy_part(ws.q.get(), ws.q_out.get(), ws.q_bytes, part, threads, copy);
-        copy_part(ws.k.get(), ws.k_out.get(), ws.k_bytes, part, threads, copy);
+        copy_part(ws.q.get(), in_place ? ws.q.get() : ws.q_out.get(), ws.q_bytes, part, threads, copy);
+        copy_part(ws.k.get(), in_place ? ws.k.get() : ws.k_out.get(), ws.k_bytes, part, threads, copy);
     });
 }
 
@@ -404,21 +407,22 @@ void set_counters(benchmark::State &state, const Workspace &ws, int threads) {
 
 // ---- The benchmarks --------------------------------------------------------------------------
 
-// memcpy, or the plain copy loop (with_memcpy_ratio: its ratio to memcpy).
-void bm_copy(benchmark::State &state, const Case &c, CopyFunction copy, bool with_memcpy_ratio) {
+// memcpy, or the plain copy loop or the in-place rewrite (with_memcpy_ratio: their ratio to memcpy).
+void bm_copy(benchmark::State &state, const Case &c, CopyFunction copy, bool with_memcpy_ratio, bool in_place = false) {
     Workspace *ws = workspace_for(c);
     if (ws == nullptr) {
         state.SkipWithError("cannot allocate the buffers");
         return;
     }
-    copy_qk(*ws, c.threads, copy);
+    copy_qk(*ws, c.threads, copy, in_place);
     for (auto _ : state) {
-        copy_qk(*ws, c.threads, copy);
+        copy_qk(*ws, c.threads, copy, in_place);
         benchmark::ClobberMemory();
     }
     set_counters(state, *ws, c.threads);
     if (with_memcpy_ratio) {
-        set_paired_ratios(state, [ws, &c, copy] { copy_qk(*ws, c.threads, copy); }, {memcpy_baseline(*ws, c.threads)});
+        set_paired_ratios(state, [ws, &c, copy, in_place] { copy_qk(*ws, c.threads, copy, in_place); },
+                          {memcpy_baseline(*ws, c.threads)});
     }
 }
 
@@ -535,6 +539,9 @@ void bm_rope(benchmark::State &state, const Case &c, bool in_place) {
     }
     state.SetLabel(report.kernel);
     std::vector<Baseline> baselines{memcpy_baseline(*ws, c.threads)};
+    if (in_place) {  // the floor in place: every byte of q and k read and written back
+        baselines.push_back({"rewrite_ratio", [ws, threads = c.threads] { copy_qk(*ws, threads, rewrite_loop, true); }});
+    }
     if (c.source->source == ROPE_SOURCE_CACHE && scalar_unusable(*ws, c, in_place).empty()) {
         baselines.push_back({"scalar_ratio", [args = scalar_args(*ws, c.style->style, in_place), tokens = ws->tokens(),
                                               threads = c.threads] { scalar_qk(args, tokens, threads); }});
@@ -681,6 +688,11 @@ void register_all() {
                               [](benchmark::State &state, const Case &c) { bm_copy(state, c, memcpy_bytes, false); });
                 register_case("copy", {&shape, &dtype, nullptr, nullptr, threads},
                               [](benchmark::State &state, const Case &c) { bm_copy(state, c, copy_loop, true); });
+                if (shape.seq == 1) {  // the shapes also rotated in place
+                    register_case("rewrite", {&shape, &dtype, nullptr, nullptr, threads}, [](benchmark::State &state, const Case &c) {
+                        bm_copy(state, c, rewrite_loop, true, true);
+                    });
+                }
             }
             for (const StyleInfo &style : kStyles) {
                 for (int threads : thread_counts) {

@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "internal/json_string.h"
 #include "internal/kernel_table.h"
 #include "support/guarded_bytes.h"
 #include "support/kernels.h"
@@ -43,6 +44,7 @@
 
 namespace {
 
+using ropegen::json_string;
 using ropegen::KernelEntry;
 using ropegen::KernelFunction;
 using namespace ropegen::test;
@@ -93,23 +95,6 @@ struct Candidate {
     KernelEntry entry{};
     std::string failure;  // empty: verified
 };
-
-std::string json_string(const std::string &text) {
-    std::string out = "\"";
-    for (const char c : text) {
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += c;
-        } else if (static_cast<unsigned char>(c) < 0x20) {
-            char escaped[8];
-            std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
-            out += escaped;
-        } else {
-            out += c;
-        }
-    }
-    return out + "\"";
-}
 
 template <typename T, size_t N>
 bool parse_choice(const std::string &text, const std::pair<const char *, T> (&choices)[N], T *value) {

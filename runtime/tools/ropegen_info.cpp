@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "internal/json_string.h"
 #include "internal/kernel_table.h"
 #include "ropegen/rope.h"
 #if ROPEGEN_CUDA
@@ -20,6 +21,8 @@
 #endif
 
 namespace {
+
+using ropegen::json_string;
 
 // --- a small document model, printed as JSON or as indented text ------------------------------
 struct Node {
@@ -40,27 +43,10 @@ struct Node {
     Node &push(Node value) { return add("", std::move(value)); }
 };
 
-std::string quoted(const std::string &s) {
-    std::string out = "\"";
-    for (const char c : s) {
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += c;
-        } else if (static_cast<unsigned char>(c) < 0x20) {
-            char escape[8];
-            std::snprintf(escape, sizeof(escape), "\\u%04x", c);
-            out += escape;
-        } else {
-            out += c;
-        }
-    }
-    return out + "\"";
-}
-
 void print_json(const Node &node, int indent) {
     const std::string pad(indent + 2, ' ');
     switch (node.kind) {
-    case Node::kString: std::fputs(quoted(node.text).c_str(), stdout); return;
+    case Node::kString: std::fputs(json_string(node.text).c_str(), stdout); return;
     case Node::kNull: std::fputs("null", stdout); return;
     case Node::kList:
     case Node::kObject: {
@@ -69,7 +55,7 @@ void print_json(const Node &node, int indent) {
         for (size_t i = 0; i < node.fields.size(); i++) {
             std::printf("%s\n%s", i ? "," : "", pad.c_str());
             if (object) {
-                std::printf("%s: ", quoted(node.fields[i].first).c_str());
+                std::printf("%s: ", json_string(node.fields[i].first).c_str());
             }
             print_json(node.fields[i].second, indent + 2);
         }

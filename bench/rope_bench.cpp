@@ -270,8 +270,9 @@ int run_on_pool(void *, int (*task)(void *task_context, int index), void *task_c
 }
 
 // The copy baselines: q -> q_out and k -> k_out by `copy`, each split evenly over the threads;
-// in place q -> q and k -> k (rewrite_loop).
-void copy_qk(const Workspace &ws, int threads, CopyFunction copy = memcpy_bytes, bool in_place = false) {
+// rewrite_loop rewrites q and k where they lie (the in-place floor).
+void copy_qk(const Workspace &ws, int threads, CopyFunction copy = memcpy_bytes) {
+    const bool in_place = copy == rewrite_loop;
     run_parts(threads, [&](int part) {
         copy_part(ws.q.get(), in_place ? ws.q.get() : ws.q_out.get(), ws.q_bytes, part, threads, copy);
         copy_part(ws.k.get(), in_place ? ws.k.get() : ws.k_out.get(), ws.k_bytes, part, threads, copy);
@@ -408,21 +409,20 @@ void set_counters(benchmark::State &state, const Workspace &ws, int threads) {
 // ---- The benchmarks --------------------------------------------------------------------------
 
 // memcpy, or the plain copy loop or the in-place rewrite (with_memcpy_ratio: their ratio to memcpy).
-void bm_copy(benchmark::State &state, const Case &c, CopyFunction copy, bool with_memcpy_ratio, bool in_place = false) {
+void bm_copy(benchmark::State &state, const Case &c, CopyFunction copy, bool with_memcpy_ratio) {
     Workspace *ws = workspace_for(c);
     if (ws == nullptr) {
         state.SkipWithError("cannot allocate the buffers");
         return;
     }
-    copy_qk(*ws, c.threads, copy, in_place);
+    copy_qk(*ws, c.threads, copy);
     for (auto _ : state) {
-        copy_qk(*ws, c.threads, copy, in_place);
+        copy_qk(*ws, c.threads, copy);
         benchmark::ClobberMemory();
     }
     set_counters(state, *ws, c.threads);
     if (with_memcpy_ratio) {
-        set_paired_ratios(state, [ws, &c, copy, in_place] { copy_qk(*ws, c.threads, copy, in_place); },
-                          {memcpy_baseline(*ws, c.threads)});
+        set_paired_ratios(state, [ws, &c, copy] { copy_qk(*ws, c.threads, copy); }, {memcpy_baseline(*ws, c.threads)});
     }
 }
 
@@ -540,7 +540,7 @@ void bm_rope(benchmark::State &state, const Case &c, bool in_place) {
     state.SetLabel(report.kernel);
     std::vector<Baseline> baselines{memcpy_baseline(*ws, c.threads)};
     if (in_place) {  // the floor in place: every byte of q and k read and written back
-        baselines.push_back({"rewrite_ratio", [ws, threads = c.threads] { copy_qk(*ws, threads, rewrite_loop, true); }});
+        baselines.push_back({"rewrite_ratio", [ws, threads = c.threads] { copy_qk(*ws, threads, rewrite_loop); }});
     }
     if (c.source->source == ROPE_SOURCE_CACHE && scalar_unusable(*ws, c, in_place).empty()) {
         baselines.push_back({"scalar_ratio", [args = scalar_args(*ws, c.style->style, in_place), tokens = ws->tokens(),
@@ -689,9 +689,8 @@ void register_all() {
                 register_case("copy", {&shape, &dtype, nullptr, nullptr, threads},
                               [](benchmark::State &state, const Case &c) { bm_copy(state, c, copy_loop, true); });
                 if (shape.seq == 1) {  // the shapes also rotated in place
-                    register_case("rewrite", {&shape, &dtype, nullptr, nullptr, threads}, [](benchmark::State &state, const Case &c) {
-                        bm_copy(state, c, rewrite_loop, true, true);
-                    });
+                    register_case("rewrite", {&shape, &dtype, nullptr, nullptr, threads},
+                                  [](benchmark::State &state, const Case &c) { bm_copy(state, c, rewrite_loop, true); });
                 }
             }
             for (const StyleInfo &style : kStyles) {

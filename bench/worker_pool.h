@@ -61,8 +61,8 @@ inline void memcpy_bytes(void *dst, const void *src, size_t bytes) {
 }
 
 /// Part `part` of a copy of `bytes` split into `parts` cache-line-aligned slices, made by `copy`:
-/// the copy baselines at more than one thread (rope_bench's memcpy and copy loop, the tuner's
-/// harness's memcpy).
+/// the copy baselines at more than one thread (rope_bench's memcpy, copy loop and in-place
+/// rewrite, the tuner's harness's memcpy).
 inline void copy_part(const void *src, void *dst, size_t bytes, int part, int parts, CopyFunction copy = memcpy_bytes) {
     const size_t lines = (bytes + 63) / 64;
     const size_t begin = std::min(bytes, lines * static_cast<size_t>(part) / static_cast<size_t>(parts) * 64);

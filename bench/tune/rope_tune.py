@@ -81,8 +81,7 @@ LAYOUT_SPACE = {
     "head_loop": rk.HEAD_LOOPS,
 }
 # The knobs a timing can judge, and those llvm-mca's model of the hot loop can.
-MEASURED_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "cos_sin_vectors", "store_order", "interleaved_rotation",
-                  "half_rotation", "layouts")
+MEASURED_KNOBS = rk.CPU_KNOBS
 MODELLED_KNOBS = ("vector_pairs", "unroll_pairs", "store_order")
 # f32 lanes of one vector register of each ISA: the unit the cost model prunes vector_pairs by.
 VECTOR_F32_LANES = {"avx512": 16, "avx2": 8, "sse41": 4, "neon_fp16": 4, "neon": 4}
@@ -485,7 +484,7 @@ class Workbench:
         results = parse_harness_output(run.stdout.splitlines())
         measurements = []
         for index, params in enumerate(pool):
-            result = results[f"c{index}"]
+            result = results.get(f"c{index}", Measurement({}))  # verified, and no shape that large
             if isinstance(result, str):
                 self.log(f"\nrope_tune: {key_id(key)} candidate {json.dumps(params)} FAILED its check: {result}\n")
                 result = None
@@ -691,10 +690,12 @@ def compare(bench, defaults, tuned_entries, keys, progress):
     def row(key, label, pair, min_bytes=0, knobs=()):
         progress.show(f"{label}: {REPS_CONFIRM} reps")
         measured = bench.measure(key, pair, REPS_CONFIRM, min_bytes)
-        cells = [m.headline() if m is not None else "fails its check" for m in measured]
+        cells = [m.headline() if m is not None and m.shapes else "fails its check" if m is None else "no shape that large"
+                 for m in measured]
         if None in measured and key not in failed:
             failed.append(key)
-        speedup = "-" if None in measured else f"{measured[1].score() / measured[0].score():.3f}"
+        timed = None not in measured and all(m.shapes for m in measured)
+        speedup = f"{measured[1].score() / measured[0].score():.3f}" if timed else "-"
         rows.append(f"| {label} | {cells[0]} | {cells[1]} | {speedup} | {', '.join(knobs)} |")
 
     for key in (k for k in keys if key_id(k) in tuned_keys):
@@ -703,13 +704,14 @@ def compare(bench, defaults, tuned_entries, keys, progress):
         # (min_call_bytes, params): the key's own kernel last, a large-call one before it.
         classes = rk.size_classes(key, tuned)
         own = canonical(classes[-1][1])
-        if own == default and len(classes) == 1:
+        large_row = len(classes) > 1 and bench.judges == MEASURED_KNOBS  # the model has no call sizes
+        if own == default and not large_row:
             kept += 1
             continue
         knobs = changed_knobs(default, tuned)
         if own != default:
             row(key, key_id(key), [default, own], knobs=[k for k in knobs if not k.startswith(rk.LARGE_CALLS)])
-        if len(classes) > 1 and bench.judges == MEASURED_KNOBS:  # the model has no call sizes
+        if large_row:
             from_bytes, large = classes[0]
             row(key, f"{key_id(key)}, calls from {from_bytes} bytes (tuned: the large-call kernel)",
                 [own, canonical(large)], from_bytes, [k for k in knobs if k.startswith(rk.LARGE_CALLS)])

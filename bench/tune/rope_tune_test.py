@@ -458,6 +458,17 @@ class ResumeTest(unittest.TestCase):
             self.assertIn("| half/cache/d128/bf16, calls from 1000 bytes (tuned: the large-call kernel) |", printed)
             self.assertIn("large_calls(1000):vector_pairs=16 |", printed)
             self.assertEqual(FakeWorkbench.min_bytes_seen, {0, 1000})
+            # A key whose own kernel is the default's gets the large-call row alone; a size above
+            # every timed shape is a row that says so.
+            document["kernels"][0]["params"] = {rk.LARGE_CALLS: {"from_bytes": 2000, "vector_pairs": 8}}
+            out.write_text(json.dumps(document))
+            stdout.reset_mock()
+            self.assertEqual(rt.main(argv + ["--compare"]), 0)
+            printed = "".join(call.args[0] for call in stdout.write.call_args_list)
+            self.assertNotIn("| half/cache/d128/bf16 |", printed)
+            self.assertIn("| half/cache/d128/bf16, calls from 2000 bytes (tuned: the large-call kernel) "
+                          "| no shape that large | no shape that large | - |", printed)
+            self.assertIn("The other 0 keys kept the defaults.", printed)
 
     def test_the_file_names_every_command_that_wrote_it_in_order(self):
         with tempfile.TemporaryDirectory() as tmp, \

@@ -27,7 +27,7 @@ constexpr int64_t kMaxCudaGridY = 65535;  // blocks along a CUDA grid's y dimens
 // between calls, and waking them costs more than it saves (measured on a 2-vCPU Zen 4 VM:
 // batch-64 decode, 2.5 MiB, takes 34 us on one thread and 58 us on two; a 4096-token prefill,
 // 80-160 MiB, gains from the second).
-constexpr int64_t kSerialCallBytes = int64_t{4} << 20;
+constexpr uint64_t kSerialCallBytes = uint64_t{4} << 20;  // as call_bytes counts them
 
 halide_type_t halide_type(rope_dtype dtype) {
     switch (dtype) {
@@ -294,20 +294,7 @@ int call_threads(const ValidCall &call) {
     if (p.num_threads != 0 || engine_runner_set()) {
         return p.num_threads;
     }
-    // Bytes read and written. A call without elements may have sizes whose product overflows
-    // (batch or seq below 2^31 each, head_dim too), so the products are checked (heads first:
-    // 0 heads is 0 bytes); an overflow is a large call.
-    int64_t bytes_moved = 0;
-    if (__builtin_add_overflow(p.q.sizes[2], call.has_k ? p.k.sizes[2] : 0, &bytes_moved)) {
-        return 0;
-    }
-    const int64_t factors[] = {2 * static_cast<int64_t>(dtype_bytes(p.q.dtype)), call.head_dim, p.q.sizes[1], p.q.sizes[0]};
-    for (const int64_t factor : factors) {
-        if (__builtin_mul_overflow(bytes_moved, factor, &bytes_moved)) {
-            return 0;
-        }
-    }
-    return bytes_moved < kSerialCallBytes ? 1 : 0;
+    return call_bytes(p) < kSerialCallBytes ? 1 : 0;
 }
 
 std::string scratch_failure(const KernelEntry &kernel, size_t bytes) {

@@ -431,8 +431,15 @@ TEST(KernelChoice, CallBytesCountWhatACallMoves) {
     c.rotary_dim = 32;
     c.rotary_offset = 16;
     EXPECT_EQ(call_bytes(RopeCall(c).params()), heads * 64 * bytes_per_lane);
+    rope_params q_in_place = RopeCall(c).params();  // k out of place: all its lanes move
+    q_in_place.q_out = q_in_place.q;
+    EXPECT_EQ(call_bytes(q_in_place), (2 * 5 * 3 * 32 + 2 * 5 * 2 * 64) * bytes_per_lane);
     c.memory = Memory::InPlace;
     EXPECT_EQ(call_bytes(RopeCall(c).params()), heads * 32 * bytes_per_lane);
+    c.rotary_dim = 64;  // the whole head, given explicitly
+    c.rotary_offset = 0;
+    EXPECT_EQ(call_bytes(RopeCall(c).params()), heads * 64 * bytes_per_lane);
+    c.rotary_dim = 32;
     c.k_heads = 0;
     EXPECT_EQ(call_bytes(RopeCall(c).params()), 2 * 5 * 3 * 32 * bytes_per_lane);
     c.dtype = ROPE_DTYPE_BF16;
@@ -441,6 +448,8 @@ TEST(KernelChoice, CallBytesCountWhatACallMoves) {
     EXPECT_EQ(call_bytes(huge), 2 * 5 * 3 * 32 * 2 * 2u);
     huge.q.sizes[1] = int64_t{1} << 62;
     EXPECT_EQ(call_bytes(huge), UINT64_MAX);  // saturates
+    huge.q.sizes[2] = 0;
+    EXPECT_EQ(call_bytes(huge), 0u);  // no elements, whatever the other sizes multiply to
 }
 
 // --- threads -------------------------------------------------------------------------------------

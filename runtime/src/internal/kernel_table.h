@@ -100,11 +100,12 @@ inline bool kernel_matches(const KernelEntry &kernel, const rope_params &params)
 
 /// The bytes a call moves: what it reads of q and k and writes to q_out and k_out (saturating).
 /// Out of place every lane of a head is read and written (lanes outside the rotary slice are
-/// copied); in place only the rotary slice is.
+/// copied); in place only the rotary slice is. A tensor without elements moves nothing, whatever
+/// the product of its other sizes.
 inline uint64_t call_bytes(const rope_params &params) {
     uint64_t total = 0;
     for (const auto &[in, out] : {std::pair{&params.q, &params.q_out}, std::pair{&params.k, &params.k_out}}) {
-        if (in->data == nullptr) {
+        if (in->data == nullptr || in->sizes[0] == 0 || in->sizes[1] == 0 || in->sizes[2] == 0) {
             continue;
         }
         const int64_t head_dim = in->sizes[3];

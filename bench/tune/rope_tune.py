@@ -211,8 +211,8 @@ class Measurement:
                   if (layout is None or info["layout"] == layout) and (shapes is None or s in shapes)]
         return math.exp(sum(map(math.log, ratios)) / len(ratios))
 
-    def headline(self):
-        return round(self.score(), 3)
+    def headline(self, shapes=None):
+        return round(self.score(shapes=shapes), 3)
 
     def summary(self, default):
         """What the tuned file records of this (tuned) measurement beside the default's: per
@@ -230,8 +230,8 @@ class ModelledMeasurement(Measurement):
 
     UNIT = "cycles_per_head"
 
-    def headline(self):
-        return round(1 / self.score(), 2)
+    def headline(self, shapes=None):
+        return round(1 / self.score(shapes=shapes), 2)
 
     def summary(self, default):
         return {self.UNIT: self.headline(), f"default_{self.UNIT}": default.headline(),
@@ -687,15 +687,17 @@ def compare(bench, defaults, tuned_entries, keys, progress):
     tuned_keys = {key_id(match) for _, match, _ in tuned_entries}
     rows, kept, failed = [], 0, []
 
-    def row(key, label, pair, min_bytes=0, knobs=()):
+    def row(key, label, pair, knobs, min_bytes=0, below_bytes=math.inf):
+        """`pair` measured and scored on the shapes that move [min_bytes, below_bytes)."""
         progress.show(f"{label}: {REPS_CONFIRM} reps")
         measured = bench.measure(key, pair, REPS_CONFIRM, min_bytes)
-        cells = [m.headline() if m is not None and m.shapes else "fails its check" if m is None else "no shape that large"
-                 for m in measured]
         if None in measured and key not in failed:
             failed.append(key)
-        timed = None not in measured and all(m.shapes for m in measured)
-        speedup = f"{measured[1].score() / measured[0].score():.3f}" if timed else "-"
+        shapes = [[s for s, info in m.shapes.items() if info["bytes"] < below_bytes] if m else [] for m in measured]
+        cells = [m.headline(names) if m and names else "fails its check" if m is None else "no shape of that size"
+                 for m, names in zip(measured, shapes)]
+        timed = all(shapes)
+        speedup = f"{measured[1].score(shapes=shapes[1]) / measured[0].score(shapes=shapes[0]):.3f}" if timed else "-"
         rows.append(f"| {label} | {cells[0]} | {cells[1]} | {speedup} | {', '.join(knobs)} |")
 
     for key in (k for k in keys if key_id(k) in tuned_keys):
@@ -709,12 +711,14 @@ def compare(bench, defaults, tuned_entries, keys, progress):
             kept += 1
             continue
         knobs = changed_knobs(default, tuned)
+        # With a large-call kernel, the key's own one serves the calls below its size only.
+        from_bytes = classes[0][0] if large_row else math.inf
         if own != default:
-            row(key, key_id(key), [default, own], knobs=[k for k in knobs if not k.startswith(rk.LARGE_CALLS)])
+            label = key_id(key) if not large_row else f"{key_id(key)}, calls below {from_bytes} bytes"
+            row(key, label, [default, own], [k for k in knobs if not k.startswith(rk.LARGE_CALLS)], below_bytes=from_bytes)
         if large_row:
-            from_bytes, large = classes[0]
             row(key, f"{key_id(key)}, calls from {from_bytes} bytes (tuned: the large-call kernel)",
-                [own, canonical(large)], from_bytes, [k for k in knobs if k.startswith(rk.LARGE_CALLS)])
+                [own, canonical(classes[0][1])], [k for k in knobs if k.startswith(rk.LARGE_CALLS)], min_bytes=from_bytes)
     header = [f"| key | default ({bench.measurement.UNIT.replace('_', ' ')}) | tuned | speedup | changed knobs |",
               "|---|---|---|---|---|"]
     return "\n".join(header + rows) + f"\n\nThe other {kept} keys kept the defaults.\n", failed

@@ -340,10 +340,11 @@ class FakeWorkbench(rt.Workbench):
     measure_calls = collections.Counter()  # per key id, in the order first measured
     broken = ()  # candidates that fail their check
     min_bytes_seen = set()  # the sizes of the shapes measurements were asked for
+    landscape_class = Landscape  # the synthetic timings; a test may set another
 
     def __init__(self, build, family, isa, jobs, log):
         self.fingerprint = "fake"
-        self.landscape = Landscape(broken=FakeWorkbench.broken)
+        self.landscape = FakeWorkbench.landscape_class(broken=FakeWorkbench.broken)
 
     def machine(self):
         return {"slug": "test-machine", "cpu": "a test CPU"}
@@ -448,16 +449,21 @@ class ResumeTest(unittest.TestCase):
             self.assertEqual(rt.main(argv + ["--fresh", "--large-calls-from", "0"]), 0)
             out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
             document = json.loads(out.read_text())
-            document["kernels"][0]["params"][rk.LARGE_CALLS] = {"from_bytes": 1000, "vector_pairs": 16}
+            document["kernels"][0]["params"][rk.LARGE_CALLS] = {"from_bytes": 1 << 29, "vector_pairs": 16}
             out.write_text(json.dumps(document))
-            FakeWorkbench.min_bytes_seen = set()
-            self.assertEqual(rt.main(argv + ["--compare"]), 0)
+            FakeWorkbench.min_bytes_seen, FakeWorkbench.landscape_class = set(), LargeLandscape
+            try:
+                self.assertEqual(rt.main(argv + ["--compare"]), 0)
+            finally:
+                FakeWorkbench.landscape_class = Landscape
             printed = "".join(call.args[0] for call in stdout.write.call_args_list)
-            # Both rows: the key's own kernel against the default, and the large-call one against it.
-            self.assertIn("| half/cache/d128/bf16 | 0.344 |", printed)
-            self.assertIn("| half/cache/d128/bf16, calls from 1000 bytes (tuned: the large-call kernel) |", printed)
-            self.assertIn("large_calls(1000):vector_pairs=16 |", printed)
-            self.assertEqual(FakeWorkbench.min_bytes_seen, {0, 1000})
+            # Both rows: the key's own kernel against the default on the calls it serves (the
+            # huge shape left out: 0.344 is the default's score without it), and the large-call
+            # kernel against it on the huge shape alone.
+            self.assertIn("| half/cache/d128/bf16, calls below 536870912 bytes | 0.344 |", printed)
+            self.assertIn("| half/cache/d128/bf16, calls from 536870912 bytes (tuned: the large-call kernel) "
+                          "| 0.3 | 0.45 | 1.500 | large_calls(536870912):vector_pairs=16 |", printed)
+            self.assertEqual(FakeWorkbench.min_bytes_seen, {0, 1 << 29})
             # A key whose own kernel is the default's gets the large-call row alone; a size above
             # every timed shape is a row that says so.
             document["kernels"][0]["params"] = {rk.LARGE_CALLS: {"from_bytes": 2000, "vector_pairs": 8}}
@@ -467,7 +473,7 @@ class ResumeTest(unittest.TestCase):
             printed = "".join(call.args[0] for call in stdout.write.call_args_list)
             self.assertNotIn("| half/cache/d128/bf16 |", printed)
             self.assertIn("| half/cache/d128/bf16, calls from 2000 bytes (tuned: the large-call kernel) "
-                          "| no shape that large | no shape that large | - |", printed)
+                          "| no shape of that size | no shape of that size | - |", printed)
             self.assertIn("The other 0 keys kept the defaults.", printed)
 
     def test_the_file_names_every_command_that_wrote_it_in_order(self):

@@ -319,7 +319,7 @@ int library_threads() {
 }
 
 CallContext::~CallContext() {
-    if (scratch_ != nullptr && !scratch_lent_) {
+    if (scratch_allocated()) {
         g_next_free(this, scratch_);
     }
 }
@@ -333,12 +333,17 @@ bool CallContext::reserve_scratch(size_t bytes) {
     if (bytes > static_cast<size_t>(std::numeric_limits<ptrdiff_t>::max())) {
         return false;
     }
-    if (scratch_ != nullptr && !scratch_lent_) {
+    if (scratch_allocated()) {
         g_next_free(this, scratch_);
+    }
+    scratch_lent_ = false;
+    if (bytes <= kInlineScratchBytes) {
+        scratch_ = inline_scratch_;
+        scratch_size_ = bytes;
+        return true;
     }
     scratch_ = static_cast<uint8_t *>(g_next_malloc(this, bytes));
     scratch_size_ = scratch_ != nullptr ? bytes : 0;
-    scratch_lent_ = false;
     return scratch_ != nullptr;
 }
 

@@ -196,6 +196,13 @@ protected:
 
 // --- allocation ------------------------------------------------------------------------------------
 
+// Less than what a computed-source call of `c` reserves: its two cos/sin tables, an f32 a pair
+// and token each (one slot per table; split into parts, the parts' slots take more).
+size_t reserved_at_least(const CaseSpec &c) {
+    const size_t table = static_cast<size_t>(c.batch * c.seq * (c.effective_rotary_dim() / 2)) * sizeof(float);
+    return 2 * scratch_slot_bytes(table + sizeof(float));
+}
+
 // What makes an allocation failure safe: whatever a kernel allocates is reserved, in one block,
 // before it runs. A kernel that allocated beyond the reservation (a schedule placing cos/sin
 // tables that the dispatcher does not foresee) would show up here as more than one allocation.
@@ -205,6 +212,10 @@ void expect_only_reserved_allocations(const KernelEntry &kernel) {
             CaseSpec c = spec;
             c.num_threads = num_threads;
             SCOPED_TRACE(std::string(kernel.name) + ": " + c.describe());
+            if (is_computed(kernel)) {
+                ASSERT_GT(reserved_at_least(c), CallContext::kInlineScratchBytes)
+                    << "a reservation this small would be on the call's stack, with no allocation to count";
+            }
             RopeCall call(c);
             InjectedAllocator::arm(-1);
             ASSERT_EQ(call.run(kernel_runner(kernel)), ROPE_OK) << call.report().message;
@@ -217,6 +228,35 @@ void expect_only_reserved_allocations(const KernelEntry &kernel) {
 TEST_F(FaultTest, KernelScratchIsReservedBeforeTheKernelRuns) {
     for (const KernelEntry *kernel : runnable_kernels()) {
         expect_only_reserved_allocations(*kernel);
+    }
+}
+
+// A one-token call of a computed source up to head_dim 128 (a decode step at batch 1) reserves its
+// scratch in its own context, on the caller's stack: no allocation at all, so none can fail.
+TEST_F(FaultTest, AOneTokenCallReservesItsScratchOnTheStack) {
+    int checked = 0;
+    for (const KernelEntry *kernel : one_kernel_per_key()) {
+        if (!is_computed(*kernel) || kernel->head_dim > 128 || !unsupported_reason(*kernel).empty()) {
+            continue;
+        }
+        CaseSpec c = kernel_case(*kernel, 128);
+        c.batch = 1;
+        c.seq = 1;
+        c.q_heads = 4;
+        c.positions.scalar_offset = 70000;
+        for (int32_t num_threads : {1, 3}) {
+            c.num_threads = num_threads;
+            SCOPED_TRACE(std::string(kernel->name) + ": " + c.describe());
+            RopeCall call(c);
+            InjectedAllocator::arm(0);
+            ASSERT_EQ(call.run(kernel_runner(*kernel)), ROPE_OK) << call.report().message;
+            EXPECT_EQ(InjectedAllocator::calls(), 0);
+            EXPECT_TRUE(call.check_outputs());
+            checked++;
+        }
+    }
+    if (checked == 0) {
+        GTEST_SKIP() << "this build has no computed-source kernel up to head_dim 128 that runs here";
     }
 }
 

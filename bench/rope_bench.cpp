@@ -269,13 +269,20 @@ int run_on_pool(void *, int (*task)(void *task_context, int index), void *task_c
     return first_error.load();
 }
 
-// The copy baselines: q -> q_out and k -> k_out by `copy`, each split evenly over the threads;
-// rewrite_loop rewrites q and k where they lie (the in-place floor).
-void copy_qk(const Workspace &ws, int threads, CopyFunction copy = memcpy_bytes) {
-    const bool in_place = copy == rewrite_loop;
+// A copy baseline: how it moves bytes, and whether it writes them back where they lie.
+struct CopyKind {
+    CopyFunction copy;
+    bool in_place;
+};
+constexpr CopyKind kMemcpy{memcpy_bytes, false}, kCopyLoop{copy_loop, false};
+constexpr CopyKind kRewrite{rewrite_loop, true};  // the in-place floor
+
+// The copy baselines: q -> q_out and k -> k_out (in place: q and k rewritten where they lie),
+// each split evenly over the threads.
+void copy_qk(const Workspace &ws, int threads, CopyKind kind = kMemcpy) {
     run_parts(threads, [&](int part) {
-        copy_part(ws.q.get(), in_place ? ws.q.get() : ws.q_out.get(), ws.q_bytes, part, threads, copy);
-        copy_part(ws.k.get(), in_place ? ws.k.get() : ws.k_out.get(), ws.k_bytes, part, threads, copy);
+        copy_part(ws.q.get(), kind.in_place ? ws.q.get() : ws.q_out.get(), ws.q_bytes, part, threads, kind.copy);
+        copy_part(ws.k.get(), kind.in_place ? ws.k.get() : ws.k_out.get(), ws.k_bytes, part, threads, kind.copy);
     });
 }
 
@@ -409,7 +416,7 @@ void set_counters(benchmark::State &state, const Workspace &ws, int threads) {
 // ---- The benchmarks --------------------------------------------------------------------------
 
 // memcpy, or the plain copy loop or the in-place rewrite (with_memcpy_ratio: their ratio to memcpy).
-void bm_copy(benchmark::State &state, const Case &c, CopyFunction copy, bool with_memcpy_ratio) {
+void bm_copy(benchmark::State &state, const Case &c, CopyKind copy, bool with_memcpy_ratio) {
     Workspace *ws = workspace_for(c);
     if (ws == nullptr) {
         state.SkipWithError("cannot allocate the buffers");
@@ -540,7 +547,7 @@ void bm_rope(benchmark::State &state, const Case &c, bool in_place) {
     state.SetLabel(report.kernel);
     std::vector<Baseline> baselines{memcpy_baseline(*ws, c.threads)};
     if (in_place) {  // the floor in place: every byte of q and k read and written back
-        baselines.push_back({"rewrite_ratio", [ws, threads = c.threads] { copy_qk(*ws, threads, rewrite_loop); }});
+        baselines.push_back({"rewrite_ratio", [ws, threads = c.threads] { copy_qk(*ws, threads, kRewrite); }});
     }
     if (c.source->source == ROPE_SOURCE_CACHE && scalar_unusable(*ws, c, in_place).empty()) {
         baselines.push_back({"scalar_ratio", [args = scalar_args(*ws, c.style->style, in_place), tokens = ws->tokens(),
@@ -685,12 +692,12 @@ void register_all() {
         for (const DtypeInfo &dtype : kDtypes) {
             for (int threads : thread_counts) {
                 register_case("memcpy", {&shape, &dtype, nullptr, nullptr, threads},
-                              [](benchmark::State &state, const Case &c) { bm_copy(state, c, memcpy_bytes, false); });
+                              [](benchmark::State &state, const Case &c) { bm_copy(state, c, kMemcpy, false); });
                 register_case("copy", {&shape, &dtype, nullptr, nullptr, threads},
-                              [](benchmark::State &state, const Case &c) { bm_copy(state, c, copy_loop, true); });
+                              [](benchmark::State &state, const Case &c) { bm_copy(state, c, kCopyLoop, true); });
                 if (shape.seq == 1) {  // the shapes also rotated in place
                     register_case("rewrite", {&shape, &dtype, nullptr, nullptr, threads},
-                                  [](benchmark::State &state, const Case &c) { bm_copy(state, c, rewrite_loop, true); });
+                                  [](benchmark::State &state, const Case &c) { bm_copy(state, c, kRewrite, true); });
                 }
             }
             for (const StyleInfo &style : kStyles) {

@@ -304,14 +304,18 @@ double time_per_call_ns(const std::function<void()> &call, int64_t calls) {
 
 // Times every verified candidate and the memcpy on one shape; prints a line per timed entry.
 void time_shape(const Options &options, const TimedShape &shape, const std::vector<Candidate> &candidates) {
-    RopeCall call(timed_case(candidates.front().entry, shape));
+    const CaseSpec spec = timed_case(candidates.front().entry, shape);
+    // Every lane of q and k read and written: the timed shapes are dense, so these are q's and k's bytes.
+    const size_t moved = 2 * static_cast<size_t>(spec.batch * spec.seq * (spec.q_heads + spec.k_heads) * spec.head_dim) *
+                         ropegen::dtype_bytes(spec.dtype);
+    if (moved < static_cast<uint64_t>(options.min_bytes)) {
+        return;  // before the shape's buffers are made
+    }
+    RopeCall call(spec);
     const rope_params params = call.params();
     const size_t q_bytes = call.q.storage()->bytes.size();
     const size_t k_bytes = call.k.storage()->bytes.size();
-    if (2 * (q_bytes + k_bytes) < static_cast<uint64_t>(options.min_bytes)) {
-        return;
-    }
-    const int threads = 2 * (q_bytes + k_bytes) < kSerialCallBytes ? 1 : static_cast<int>(std::thread::hardware_concurrency());
+    const int threads = moved < kSerialCallBytes ? 1 : static_cast<int>(std::thread::hardware_concurrency());
     ropebench::WorkerPool pool(threads);
     // In place the outputs are the inputs: the memcpy copies into buffers of its own, the same
     // bytes an out-of-place call moves (as rope_bench compares its in-place rows).
@@ -356,7 +360,7 @@ void time_shape(const Options &options, const TimedShape &shape, const std::vect
         std::string ns;
         for (double value : t.ns) ns += (ns.empty() ? "" : ", ") + std::to_string(value);
         std::printf("{\"candidate\": %s, \"shape\": \"%s\", \"layout\": \"%s\", \"bytes\": %zu, \"ns\": [%s]}\n",
-                    json_string(t.id).c_str(), shape.name, shape.layout, 2 * (q_bytes + k_bytes), ns.c_str());
+                    json_string(t.id).c_str(), shape.name, shape.layout, moved, ns.c_str());
     }
     std::fflush(stdout);
 }

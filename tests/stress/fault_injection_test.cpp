@@ -754,7 +754,9 @@ TEST_F(FaultTest, AVarlenSequenceThatFailsSaysWhatWasWritten) {
             return 0;
         }
     };
-    constexpr int64_t kHeads = 8, kHeadDim = 64, kLength = 32, per_sequence = kLength * kHeads * kHeadDim;
+    // 256 tokens a sequence: at least two tasks a loop at every tokens_per_task the tuner tries
+    // (up to 64); a loop of one task runs on the calling thread, and the engine would see none.
+    constexpr int64_t kHeads = 8, kHeadDim = 64, kLength = 256, per_sequence = kLength * kHeads * kHeadDim;
     VarlenCompatCall call({0, kLength, 2 * kLength}, {7, 900}, kHeads, kHeadDim, 2);
     const rope_params &p = call.params;
     std::vector<float> &out = call.out;

@@ -196,11 +196,31 @@ protected:
 
 // --- allocation ------------------------------------------------------------------------------------
 
+// Whether the dispatcher splits the call into decode parts, one kernel each: a decode step with a
+// divisor of the batch in [2, num_threads].
+bool runs_as_decode_parts(const CaseSpec &c) {
+    bool parts_found = false;
+    for (int32_t parts = 2; c.seq == 1 && parts <= c.num_threads; parts++) {
+        parts_found = parts_found || c.batch % parts == 0;
+    }
+    return parts_found;
+}
+
 // Less than what a computed-source call of `c` reserves: its two cos/sin tables, an f32 a pair
-// and token each (one slot per table; split into parts, the parts' slots take more).
+// and token each (one slot per table; split into parts, the parts' slots take more). Not for
+// varlen calls, which reserve for their longest sequence only.
 size_t reserved_at_least(const CaseSpec &c) {
     const size_t table = static_cast<size_t>(c.batch * c.seq * (c.effective_rotary_dim() / 2)) * sizeof(float);
     return 2 * scratch_slot_bytes(table + sizeof(float));
+}
+
+// A test that counts or fails the scratch allocation needs a call whose reservation is one: a
+// smaller one is on the call's stack (CallContext::kInlineScratchBytes).
+void assert_reserves_beyond_the_stack(const KernelEntry &kernel, const CaseSpec &c) {
+    if (is_computed(kernel)) {
+        ASSERT_GT(reserved_at_least(c), CallContext::kInlineScratchBytes)
+            << "a reservation this small would be on the call's stack, with no allocation to count or fail";
+    }
 }
 
 // What makes an allocation failure safe: whatever a kernel allocates is reserved, in one block,
@@ -212,10 +232,7 @@ void expect_only_reserved_allocations(const KernelEntry &kernel) {
             CaseSpec c = spec;
             c.num_threads = num_threads;
             SCOPED_TRACE(std::string(kernel.name) + ": " + c.describe());
-            if (is_computed(kernel)) {
-                ASSERT_GT(reserved_at_least(c), CallContext::kInlineScratchBytes)
-                    << "a reservation this small would be on the call's stack, with no allocation to count";
-            }
+            assert_reserves_beyond_the_stack(kernel, c);
             RopeCall call(c);
             InjectedAllocator::arm(-1);
             ASSERT_EQ(call.run(kernel_runner(kernel)), ROPE_OK) << call.report().message;
@@ -232,21 +249,36 @@ TEST_F(FaultTest, KernelScratchIsReservedBeforeTheKernelRuns) {
 }
 
 // A one-token call of a computed source up to head_dim 128 (a decode step at batch 1) reserves its
-// scratch in its own context, on the caller's stack: no allocation at all, so none can fail.
-TEST_F(FaultTest, AOneTokenCallReservesItsScratchOnTheStack) {
-    int checked = 0;
+// scratch in its own context, on the caller's stack: no allocation at all, so none can fail. So
+// does a small decode step split into parts, which borrow their slices of it.
+TEST_F(FaultTest, ASmallCallReservesItsScratchOnTheStack) {
+    int checked = 0, split = 0;
     for (const KernelEntry *kernel : one_kernel_per_key()) {
         if (!is_computed(*kernel) || kernel->head_dim > 128 || !unsupported_reason(*kernel).empty()) {
             continue;
         }
-        CaseSpec c = kernel_case(*kernel, 128);
-        c.batch = 1;
-        c.seq = 1;
-        c.q_heads = 4;
-        c.positions.scalar_offset = 70000;
+        CaseSpec one_token = kernel_case(*kernel, 128);
+        one_token.batch = 1;
+        one_token.seq = 1;
+        one_token.q_heads = 4;
+        one_token.positions.scalar_offset = 70000;
+        std::vector<CaseSpec> cases;
         for (int32_t num_threads : {1, 3}) {
-            c.num_threads = num_threads;
+            cases.push_back(one_token);
+            cases.back().num_threads = num_threads;
+        }
+        if (kernel->head_dim == 0) {  // two one-token parts of 16 pairs: 2 x 576 bytes
+            CaseSpec parts = kernel_case(*kernel, 32);
+            parts.batch = 2;
+            parts.seq = 1;
+            parts.positions.mode = PositionMode::BatchOffsets;
+            parts.positions.values = {5, 90000};
+            parts.num_threads = 2;
+            cases.push_back(parts);
+        }
+        for (const CaseSpec &c : cases) {
             SCOPED_TRACE(std::string(kernel->name) + ": " + c.describe());
+            split += runs_as_decode_parts(c) ? 1 : 0;
             RopeCall call(c);
             InjectedAllocator::arm(0);
             ASSERT_EQ(call.run(kernel_runner(*kernel)), ROPE_OK) << call.report().message;
@@ -258,6 +290,7 @@ TEST_F(FaultTest, AOneTokenCallReservesItsScratchOnTheStack) {
     if (checked == 0) {
         GTEST_SKIP() << "this build has no computed-source kernel up to head_dim 128 that runs here";
     }
+    EXPECT_GT(split, 0) << "every computed source has an any-head_dim kernel, whose small decode step runs in parts";
 }
 
 // A per-sequence scaling (the frequencies of each batch item follow its own length) makes the
@@ -315,6 +348,7 @@ TEST_F(FaultTest, FailedScratchReservationIsReportedAndWritesNothing) {
         }
         for (const CaseSpec &spec : varied_cases(*kernel, 7)) {
             SCOPED_TRACE(std::string(kernel->name) + ": " + spec.describe());
+            assert_reserves_beyond_the_stack(*kernel, spec);
             RopeCall call(spec);
             InjectedAllocator::arm(0);
             EXPECT_EQ(call.run(kernel_runner(*kernel)), ROPE_ERR_INTERNAL);
@@ -348,6 +382,7 @@ TEST_F(FaultTest, ExhaustedMemoryIsAStatusNotAnException) {
         }
         const CaseSpec spec = varied_cases(*kernel, 7).front();
         SCOPED_TRACE(std::string(kernel->name) + ": " + spec.describe());
+        assert_reserves_beyond_the_stack(*kernel, spec);
         RopeCall call(spec);
         rope_params params = call.params();
         rope_report report = rope_report_init();
@@ -490,16 +525,6 @@ TEST_F(FaultTest, AVarlenCallReservesItsScratchOnceBeforeAnySequence) {
     EXPECT_EQ(rope_dispatch(&p, &report), ROPE_ERR_INTERNAL);
     EXPECT_TRUE(contains(report.message, "no output was written")) << report.message;
     EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return v == VarlenCompatCall::kUnwritten; }));
-}
-
-// Whether the dispatcher splits the call into decode parts, one kernel each: a decode step with a
-// divisor of the batch in [2, num_threads].
-bool runs_as_decode_parts(const CaseSpec &c) {
-    bool parts_found = false;
-    for (int32_t parts = 2; c.seq == 1 && parts <= c.num_threads; parts++) {
-        parts_found = parts_found || c.batch % parts == 0;
-    }
-    return parts_found;
 }
 
 // The cache-source kernel generated with a root cos/sin table: the one kernel that allocates

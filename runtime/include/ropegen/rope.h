@@ -24,8 +24,8 @@
  *    ROPE_ERR_DEVICE; the call's later launches are skipped and those enqueued before it still
  *    run, so outputs may be partly written.
  *  - rope_dispatch() is thread-safe and re-entrant. A computed-source call reserves its cos/sin
- *    scratch in one block before any kernel runs: on the caller's stack up to 1.5 KiB (a
- *    one-token call up to head_dim 128), else one allocation. If that fails, or a worker thread
+ *    scratch in one block before any kernel runs: on the caller's stack up to 1.5 KiB (e.g. a
+ *    one-token call with rotary_dim up to 128), else one allocation. If that fails, or a worker thread
  *    of the library's pool cannot start, the call returns ROPE_ERR_INTERNAL with every output
  *    untouched.
  *

@@ -41,8 +41,8 @@ struct CallContext {
     std::atomic<bool> pool_checked{false};  ///< the library's pool was found started before the call's first loop on it
 
     /// A reservation up to this size lives in the context itself, on the caller's stack: a
-    /// one-token call of a computed source at head_dim 128 (1472 bytes) then costs no malloc and
-    /// free, about 80 ns of its 1 us on a Zen 4. Every larger one is allocated.
+    /// one-token call of a computed source with rotary_dim 128 (1472 bytes) then costs no malloc
+    /// and free, about 80 ns of its 1 us on a Zen 4. Every larger one is allocated.
     static constexpr size_t kInlineScratchBytes = 1536;
 
     /// Reserves `bytes` of scratch (in the context up to kInlineScratchBytes, else through the
@@ -85,8 +85,9 @@ private:
     std::atomic<size_t> scratch_used_{0};
     std::atomic<int> failure_{0};
     std::atomic<int64_t> failure_detail_{0};
-    // Last: the 8 bytes halide_malloc's contract keeps readable before a block are the fields
-    // above, and after the last block its slot's gap (scratch_slot_bytes).
+    // Last: the 8 bytes halide_malloc's contract keeps readable before the first block are the
+    // context's own (the padding that aligns this array), and those after the last block its
+    // slot's gap (scratch_slot_bytes).
     alignas(64) uint8_t inline_scratch_[kInlineScratchBytes];
 };
 

@@ -304,15 +304,14 @@ double time_per_call_ns(const std::function<void()> &call, int64_t calls) {
 
 // Times every verified candidate and the memcpy on one shape; prints a line per timed entry.
 void time_shape(const Options &options, const TimedShape &shape, const std::vector<Candidate> &candidates) {
-    const CaseSpec spec = timed_case(candidates.front().entry, shape);
-    // Every lane of q and k read and written: the timed shapes are dense, so these are q's and k's bytes.
-    const size_t moved = 2 * static_cast<size_t>(spec.batch * spec.seq * (spec.q_heads + spec.k_heads) * spec.head_dim) *
-                         ropegen::dtype_bytes(spec.dtype);
-    if (moved < static_cast<uint64_t>(options.min_bytes)) {
-        return;  // before the shape's buffers are made
-    }
-    RopeCall call(spec);
+    RopeCall call(timed_case(candidates.front().entry, shape));
     const rope_params params = call.params();
+    // The bytes the call moves as the dispatcher counts them, so that --min-bytes selects the
+    // shapes a large-call kernel of that size would serve.
+    const uint64_t moved = ropegen::call_bytes(params);
+    if (moved < static_cast<uint64_t>(options.min_bytes)) {
+        return;
+    }
     const size_t q_bytes = call.q.storage()->bytes.size();
     const size_t k_bytes = call.k.storage()->bytes.size();
     const int threads = moved < kSerialCallBytes ? 1 : static_cast<int>(std::thread::hardware_concurrency());
@@ -360,7 +359,7 @@ void time_shape(const Options &options, const TimedShape &shape, const std::vect
         std::string ns;
         for (double value : t.ns) ns += (ns.empty() ? "" : ", ") + std::to_string(value);
         std::printf("{\"candidate\": %s, \"shape\": \"%s\", \"layout\": \"%s\", \"bytes\": %zu, \"ns\": [%s]}\n",
-                    json_string(t.id).c_str(), shape.name, shape.layout, moved, ns.c_str());
+                    json_string(t.id).c_str(), shape.name, shape.layout, static_cast<size_t>(moved), ns.c_str());
     }
     std::fflush(stdout);
 }

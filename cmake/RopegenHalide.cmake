@@ -27,8 +27,8 @@ endif ()
 
 # ropegen_add_kernel(<name> <kernel> [<knob>=<value>...] [ASSEMBLY <var>] [DEVICE_CODE <var>]
 #                    [TARGET <halide target>] [RUNTIME <runtime target>]):
-# the Halide library and function <name> of <kernel> of kernels.cmake (its target, features and
-# schedule knobs), with the knobs given changed, for another Halide target (with its own runtime)
+# the Halide library and function <name> of <kernel> of kernels.cmake (its target, features,
+# schedule knobs and generator: ropegen_rope unless it names another), with the knobs given changed, for another Halide target (with its own runtime)
 # when given; <var>, when given, receives the path of its assembly or device code.
 function(ropegen_add_kernel name kernel)
     cmake_parse_arguments(PARSE_ARGV 2 arg "" "ASSEMBLY;DEVICE_CODE;TARGET;RUNTIME" "")
@@ -39,6 +39,10 @@ function(ropegen_add_kernel name kernel)
         set(arg_RUNTIME ropegen_halide_runtime)
     endif ()
     set(params ${ROPEGEN_KERNEL_${kernel}_PARAMS})
+    set(generator ropegen_rope)
+    if (ROPEGEN_KERNEL_${kernel}_GENERATOR)
+        set(generator ${ROPEGEN_KERNEL_${kernel}_GENERATOR})
+    endif ()
     foreach (override IN LISTS arg_UNPARSED_ARGUMENTS)
         string(REGEX REPLACE "=.*" "" knob "${override}")
         list(FILTER params EXCLUDE REGEX "^${knob}=")
@@ -52,7 +56,7 @@ function(ropegen_add_kernel name kernel)
     endforeach ()
     add_halide_library(
         ${name} FROM ropegen_generator
-        GENERATOR ropegen_rope
+        GENERATOR ${generator}
         FUNCTION_NAME ${name}
         TARGETS ${arg_TARGET}
         FEATURES ${ROPEGEN_KERNEL_${kernel}_FEATURES}

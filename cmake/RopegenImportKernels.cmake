@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-# ropegen_import_kernels(<tree>): the kernels of this build (ROPEGEN_KERNELS, ROPEGEN_CUDA_KERNELS)
+# ropegen_import_kernels(<tree>): the kernels of this build (ROPEGEN_KERNELS, ROPEGEN_CUDA_KERNELS,
+# ROPEGEN_PIPELINES)
 # and their Halide runtime as imported libraries made from another build tree of the same sources,
 # in place of generating them again (ROPEGEN_KERNELS_FROM; the sanitizer presets take release's).
 # Halide's machine code is the same in every build of a target and the sanitizers never
@@ -29,7 +30,7 @@ function(ropegen_kernel_definitions out)
     set(definitions "runtime ${ROPEGEN_HALIDE_RUNTIME_TARGET}")
     foreach (kernel IN LISTS ARGN)
         string(REPLACE ";" "," definition
-                       "${kernel} ${ROPEGEN_KERNEL_${kernel}_TARGET} ${ROPEGEN_KERNEL_${kernel}_FEATURES} ${ROPEGEN_KERNEL_${kernel}_PARAMS}")
+                       "${kernel} ${ROPEGEN_KERNEL_${kernel}_TARGET} ${ROPEGEN_KERNEL_${kernel}_FEATURES} ${ROPEGEN_KERNEL_${kernel}_PARAMS} ${ROPEGEN_KERNEL_${kernel}_GENERATOR}")
         list(APPEND definitions "${definition}")
     endforeach ()
     set(${out} "${definitions}" PARENT_SCOPE)
@@ -44,7 +45,7 @@ function(ropegen_import_kernels tree)
         message(FATAL_ERROR "ROPEGEN_KERNELS_FROM=${tree}: no kernel list at ${other_list}; configure that build first "
                             "(the sanitizer presets take release's: cmake --preset release)")
     endif ()
-    set(kernels ${ROPEGEN_KERNELS} ${ROPEGEN_CUDA_KERNELS})
+    set(kernels ${ROPEGEN_KERNELS} ${ROPEGEN_CUDA_KERNELS} ${ROPEGEN_PIPELINES})
     ropegen_kernel_definitions(here ${kernels})
     include("${other_list}")  # the other tree's definitions, in this function's scope only
     ropegen_kernel_definitions(there ${kernels})
@@ -87,7 +88,7 @@ function(ropegen_import_kernels tree)
         # Read in place by the PTX and assembly checks, as add_halide_library names them.
         if (kernel IN_LIST ROPEGEN_CUDA_KERNELS)
             set(${kernel}_ptx "${tree}/runtime/${kernel}.device_code" PARENT_SCOPE)
-        elseif (ROPEGEN_ARCH STREQUAL "aarch64")
+        elseif (ROPEGEN_ARCH STREQUAL "aarch64" AND kernel IN_LIST ROPEGEN_KERNELS)
             set(${kernel}_assembly "${tree}/runtime/${kernel}.s" PARENT_SCOPE)
         endif ()
     endforeach ()

@@ -57,6 +57,11 @@ RUNTIME_TARGETS = {"x86_64": "x86-64-linux", "aarch64": "arm-64-linux"}
 # CUDA kernels index with 32 bits (large_buffers defeats the alignment analysis that gives them
 # 16-byte loads); the dispatcher splits calls whose views span 2^31 elements or more.
 KERNEL_FEATURES = ["user_context", "large_buffers", "strict_float", "no_bounds_query", "no_asserts"]
+# Halide libraries the dispatcher runs besides the kernels -> their generator: compat's inv_freq
+# table, which it keeps across calls (runtime/src/inv_freq_cache.cpp). Built for the baseline,
+# like the runtime, and strict_float like the kernels, whose arithmetic they repeat bit for bit.
+PIPELINES = {"ropegen_compat_inv_freq": "ropegen_compat_inv_freq"}
+PIPELINE_FEATURES = ["user_context", "strict_float", "no_bounds_query", "no_asserts"]
 CUDA_KERNEL_FEATURES = [f for f in KERNEL_FEATURES if f != "large_buffers"]
 
 STYLES = ("half", "interleaved")
@@ -617,6 +622,11 @@ def main():
         if args.tuned_machine not in ("host", "none") and not used:
             raise ScheduleError(f"ROPEGEN_TUNED_MACHINE={machine}: no tuned file for the families built; looked for "
                                 f"{', '.join(map(str, looked_for))}")
+        for name, generator in PIPELINES.items():
+            cmake_lines.append(f"set(ROPEGEN_KERNEL_{name}_TARGET \"{host}\")")
+            cmake_lines.append(f"set(ROPEGEN_KERNEL_{name}_FEATURES {' '.join(PIPELINE_FEATURES)})")
+            cmake_lines.append(f"set(ROPEGEN_KERNEL_{name}_GENERATOR {generator})")
+        names["ROPEGEN_PIPELINES"] = list(PIPELINES)
         runtime_target = host + ("-cuda" if cuda_levels else "")
         cmake_lines.insert(1, f"set(ROPEGEN_HALIDE_RUNTIME_TARGET {runtime_target})")
         for list_name, list_names in reversed(names.items()):

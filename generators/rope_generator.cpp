@@ -203,8 +203,11 @@ private:
             // wide vector interleaves the chains of its native parts.
             inv_freq_.compute_root().vectorize(RopeVars().pair, vector_pairs.value() * cos_sin_vectors.value(), TailStrategy::GuardWithIf);
             // The selects of scaled_inv_freq evaluate every scaling's branch; a call without
-            // scaling (the common case) gets a loop nest with the plain frequencies only.
+            // scaling (the common case) gets a loop nest with the plain frequencies only, and a
+            // call with a table of frequencies (the caller's, or compat's cached by the
+            // dispatcher for a call without scaling) one that only reads it.
             inv_freq_.specialize(*scaling_type_ == ROPE_SCALING_NONE);
+            inv_freq_.specialize(*scaling_type_ == ROPE_SCALING_INV_FREQ);
         }
         if (last_position_.defined()) {
             last_position_.compute_root();
@@ -477,7 +480,26 @@ private:
     std::vector<RotatedTensorFuncs> tensors_;
 };
 
+// compat's inv_freq of a call without scaling (spec §5) for rotary_pairs pairs, by the kernels'
+// own expression, so bit for bit what a kernel computes: the dispatcher keeps it per base and
+// rotary_dim (runtime/src/inv_freq_cache.cpp) and hands it to compat kernels as a table of
+// frequencies, which they read instead of computing it again every call.
+class CompatInvFreqGenerator : public Generator<CompatInvFreqGenerator> {
+public:
+    Input<double> base{"base"};
+    Input<int32_t> rotary_pairs{"rotary_pairs"};
+    Output<Buffer<float, 1>> inv_freq{"inv_freq"};
+
+    void generate() {
+        const RopeVars v;
+        const Expr unread = 0.0f;  // the other scalings' inputs: their branches fold away
+        const Scaling none{Expr(ROPE_SCALING_NONE), unread, 0, unread, unread, unread, unread, false, unread, unread, unread};
+        inv_freq(v.pair) = scaled_inv_freq(true, v.pair, base, 2 * rotary_pairs, none, Expr(int64_t{0}));
+    }
+};
+
 }  // namespace
 }  // namespace ropegen
 
 HALIDE_REGISTER_GENERATOR(ropegen::RopeGenerator, ropegen_rope)
+HALIDE_REGISTER_GENERATOR(ropegen::CompatInvFreqGenerator, ropegen_compat_inv_freq)

@@ -13,6 +13,7 @@
 
 #include "internal/cuda_device.h"
 #include "internal/enum_value.h"
+#include "internal/inv_freq_cache.h"
 #include "internal/kernel_table.h"
 #include "internal/runtime_state.h"
 #include "internal/tsan_annotations.h"
@@ -648,13 +649,28 @@ rope_status run_decode_parts(const KernelEntry &kernel, const ValidCall &folded,
     return finish(report, ROPE_OK, "");
 }
 
+// A CPU compat call without scaling takes its frequencies from the cache (inv_freq_cache.h) as
+// a table of frequencies, which its kernel reads instead of computing them: the same bits.
+void use_cached_inv_freq(const KernelEntry &kernel, ValidCall &call) {
+    rope_scaling &scaling = call.params.scaling;
+    if (kernel.cuda_capability != 0 || call.params.angles.source != ROPE_SOURCE_COMPAT || scaling.type != ROPE_SCALING_NONE) {
+        return;
+    }
+    if (const float *inv_freq = cached_compat_inv_freq(call.base, call.rotary_dim)) {
+        scaling.type = ROPE_SCALING_INV_FREQ;
+        scaling.inv_freq = inv_freq;
+    }
+}
+
 // Runs `kernel` on a validated call: dense, or varlen. A decode step is folded in place (`call`
-// is the caller's copy, which it does not read again), not in a copy of the whole call.
+// is the caller's copy, which it does not read again), not in a copy of the whole call; so are
+// cached frequencies put in.
 rope_status run_call(const KernelEntry &kernel, ValidCall &call, const CudaTarget &cuda, rope_report *report) {
     const rope_params &p = call.params;
     if (p.q.sizes[0] == 0 || p.q.sizes[1] == 0 || (p.q.sizes[2] == 0 && (!call.has_k || p.k.sizes[2] == 0))) {
         return finish(report, ROPE_OK, "");  // nothing to rotate: no scratch, no kernel, whatever the sizes
     }
+    use_cached_inv_freq(kernel, call);
     if (p.varlen.cu_seqlens != nullptr) {
         return run_varlen(kernel, call, cuda, report);
     }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -16,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "internal/inv_freq_cache.h"
 #include "internal/runtime_state.h"
 #include "support/kernels.h"
 #include "support/rope_case.h"
@@ -653,6 +655,56 @@ TEST_F(ThreadingTest, EngineRunnerErrorIsReported) {
     RopeCall call(big_case());
     EXPECT_EQ(call.run(dispatch_runner()), ROPE_ERR_INTERNAL);
     EXPECT_NE(std::string(call.report().message), "");
+}
+
+// A compat call without scaling fills the frequency cache on its key's first call (the kernel
+// tests check that the cached and computed frequencies give the same bits); the other sources
+// and scaled calls leave it alone. Before the next test, which fills every slot.
+TEST(FrequencyCache, CompatCallsWithoutScalingFillIt) {
+    CaseSpec c = f32_case(128);
+    c.base = 4321.25;  // a key no other test uses
+    for (const rope_source source : {ROPE_SOURCE_PRECISE, ROPE_SOURCE_COMPAT}) {
+        for (const rope_scaling_type scaling : {ROPE_SCALING_LINEAR, ROPE_SCALING_NONE}) {
+            c.source = source;
+            c.scaling.type = scaling;
+            c.scaling.factor = 2;
+            RopeCall call(c);
+            ASSERT_EQ(call.run(dispatch_runner()), ROPE_OK) << call.report().message;
+            EXPECT_TRUE(call.check_outputs());
+            const bool filled = find_cached_compat_inv_freq(c.base, 128) != nullptr;
+            EXPECT_EQ(filled, source == ROPE_SOURCE_COMPAT && scaling == ROPE_SCALING_NONE)
+                << c.describe() << ": " << call.report().kernel;
+        }
+    }
+}
+
+// compat's frequencies kept across calls (runtime/src/inv_freq_cache.cpp): each table holds the
+// frequencies of spec §5 (powf correctly rounded) for its key, is handed out again unmoved, and
+// once every slot is taken a new key is declined (its calls compute their own), as is a
+// rotary_dim beyond the tables. (The kernel tests check the bits of calls on either path.)
+TEST(FrequencyCache, HoldsCompatFrequenciesUntilItsSlotsAreTaken) {
+    int filled = 0;
+    for (int32_t i = 0; i < kCompatInvFreqSlots; i++) {
+        const double base = 1000.0 + 7919.0 * i;
+        const int32_t rotary_dim = 16 + 32 * i;
+        const float *table = cached_compat_inv_freq(base, rotary_dim);
+        if (table == nullptr) {
+            continue;  // slots taken by earlier tests of this process
+        }
+        filled++;
+        const std::vector<float> want = reference::compat_inv_freq(base, rotary_dim);
+        for (int32_t pair = 0; pair < rotary_dim / 2; pair++) {
+            ASSERT_EQ(std::memcmp(&table[pair], &want[pair], sizeof(float)), 0)
+                << "base " << base << ", rotary_dim " << rotary_dim << ", pair " << pair << ": " << table[pair]
+                << " against " << want[pair];
+        }
+        EXPECT_EQ(cached_compat_inv_freq(base, rotary_dim), table);
+        EXPECT_EQ(find_cached_compat_inv_freq(base, rotary_dim), table);
+    }
+    EXPECT_GT(filled, 0);
+    EXPECT_EQ(cached_compat_inv_freq(1.5, 64), nullptr) << "a key beyond the slots";
+    EXPECT_EQ(find_cached_compat_inv_freq(1.5, 64), nullptr);
+    EXPECT_EQ(cached_compat_inv_freq(1000.0, kCompatInvFreqMaxRotaryDim + 2), nullptr);
 }
 
 // rope_dispatch() is thread-safe and re-entrant: calls of different keys from several threads at

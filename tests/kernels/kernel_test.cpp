@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 
+#include "internal/inv_freq_cache.h"
 #include "support/kernels.h"
 #include "support/rope_case.h"
 
@@ -492,6 +493,71 @@ TEST_P(MropeTest, ThreeStreams) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, MropeTest, ::testing::ValuesIn(mrope_kernels()), kernel_name);
+
+// --- compat's frequencies from the dispatcher's cache (runtime/src/inv_freq_cache.cpp) ----------
+std::vector<const KernelEntry *> compat_source_kernels() {
+    return kernels_where([](const KernelEntry &k) { return k.source == ROPE_SOURCE_COMPAT; });
+}
+
+class CachedFrequencyTest : public KernelTest {
+protected:
+    /// A call at positions up to 2^20, where a one-ulp change of any pair's frequency moves its angles.
+    CaseSpec far_case(double base) const {
+        CaseSpec c = base_case();
+        c.base = base;
+        c.positions = random_table(c, 0, int64_t{1} << 20, ROPE_INDEX_INT32, 71);
+        return c;
+    }
+
+    /// The call's outputs when the kernel computes the frequencies along its path for scaled calls:
+    /// dynamic scaling whose sequences all stay within original_max, which keeps base (spec §6).
+    CaseSpec computing_in_the_kernel(CaseSpec c) const {
+        c.scaling.type = ROPE_SCALING_DYNAMIC;
+        c.scaling.factor = 2;
+        c.scaling.original_max = int64_t{1} << 30;
+        return c;
+    }
+
+    void expect_same_outputs(const CaseSpec &a, const CaseSpec &b) const {
+        RopeCall first(a), second(b);
+        ASSERT_EQ(first.run(kernel_runner(kernel())), ROPE_OK) << first.report().message;
+        ASSERT_EQ(second.run(kernel_runner(kernel())), ROPE_OK) << second.report().message;
+        EXPECT_TRUE(same_bits(first.q_out, second.q_out));
+        if (a.k_heads > 0) {
+            EXPECT_TRUE(same_bits(first.k_out, second.k_out));
+        }
+    }
+};
+
+// A compat call without scaling reads its frequencies from the cache, which fills on a key's
+// first call, or, with the cache full, computes them along the kernel's path for unscaled calls.
+// Both give the bits of the kernel's path for scaled calls. ctest runs each kernel's tests in a
+// process of their own, where the cache has room; in a process that filled it before (the whole
+// program at once), the cached path goes unchecked, and the test says so.
+TEST_P(CachedFrequencyTest, GiveTheKernelsOwnBits) {
+    const int32_t rotary_dim = static_cast<int32_t>(base_case().effective_rotary_dim());
+    bool cached = false;
+    for (const double base : {10000.375, 500000.25, 3.125}) {  // keys no other test uses
+        SCOPED_TRACE("base " + std::to_string(base));
+        expect_same_outputs(far_case(base), computing_in_the_kernel(far_case(base)));
+        cached = cached || find_cached_compat_inv_freq(base, rotary_dim) != nullptr;
+    }
+    double unused_base = 2.0;
+    for (int slot = 0; slot <= kCompatInvFreqSlots && cached_compat_inv_freq(unused_base, rotary_dim) != nullptr; slot++) {
+        unused_base += 0.5;
+    }
+    ASSERT_EQ(cached_compat_inv_freq(unused_base, rotary_dim), nullptr) << "the cache holds more keys than its slots";
+    SCOPED_TRACE("cache full");
+    const double base = 20000.5;
+    expect_same_outputs(far_case(base), computing_in_the_kernel(far_case(base)));
+    EXPECT_EQ(find_cached_compat_inv_freq(base, rotary_dim), nullptr);
+    if (!cached) {
+        GTEST_SKIP() << "the frequency cache was full before this test (earlier tests of this process): only the "
+                        "kernel's own path was checked; run this kernel's tests alone (ctest does)";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CachedFrequencyTest, ::testing::ValuesIn(compat_source_kernels()), kernel_name);
 
 // The table itself: unique names that spell their key, and an any-head_dim kernel for every
 // (isa, style, source, dtype) so that every even head_dim has a kernel.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine_pool.h"
+#include "internal/inv_freq_cache.h"
 #include "stress_support.h"
 
 namespace ropegen::test {
@@ -247,6 +248,55 @@ TEST_F(ConcurrencyTest, RunnerSwapsNeverMixOneEnginesFunctionWithAnothersPool) {
     EXPECT_TRUE(failures.none());
     EXPECT_EQ(first.foreign.load() + second.foreign.load(), 0);
     EXPECT_GT(first.pool.loops.load() + second.pool.loops.load(), 0);
+}
+
+// compat calls without scaling take their frequencies from a process-wide cache, which fills on
+// each key's first call: threads whose first calls race on more keys than it has slots (those
+// beyond compute their own) give the bits of the kernel computing the frequencies itself (dynamic
+// scaling within original_max keeps base).
+TEST_F(ConcurrencyTest, CallsFillingTheFrequencyCacheGiveTheKernelsOwnBits) {
+    const std::vector<const KernelEntry *> kernels = one_kernel_per_key();
+    const auto compat = std::find_if(kernels.begin(), kernels.end(),
+                                     [](const KernelEntry *k) { return k->source == ROPE_SOURCE_COMPAT; });
+    if (compat == kernels.end()) {
+        GTEST_SKIP() << "this build has no compat kernel";
+    }
+    const int keys = kCompatInvFreqSlots + 4;
+    std::vector<CaseSpec> specs;
+    std::vector<Outputs> serial;
+    for (int key = 0; key < keys; key++) {
+        CaseSpec c = varied_cases(**compat, 61).front();
+        c.base = 5000.0 + 250.5 * key;
+        c.positions = random_table(c, 0, int64_t{1} << 20, ROPE_INDEX_INT32, 62);
+        CaseSpec computing = c;
+        computing.scaling.type = ROPE_SCALING_DYNAMIC;
+        computing.scaling.factor = 2;
+        computing.scaling.original_max = int64_t{1} << 30;
+        RopeCall call(computing);
+        ASSERT_EQ(call.run(kernel_runner(**compat)), ROPE_OK) << call.report().message;
+        serial.push_back(Outputs::of(call));
+        specs.push_back(c);
+    }
+    Failures failures;
+    std::vector<std::thread> threads;
+    for (int thread = 0; thread < kCallerThreads; thread++) {
+        threads.emplace_back([&, thread] {
+            for (int round = 0; round < 3; round++) {
+                const int key = (thread + round * kCallerThreads) % keys;
+                RopeCall call(specs[key]);
+                if (call.run(kernel_runner(**compat)) != ROPE_OK) {
+                    failures.add(std::string((*compat)->name) + ": " + call.report().message);
+                } else if (::testing::AssertionResult same = agree(call, serial[key]); !same) {
+                    failures.add(std::string((*compat)->name) + " base " + std::to_string(specs[key].base) + ": " +
+                                 same.message());
+                }
+            }
+        });
+    }
+    for (std::thread &thread : threads) {
+        thread.join();
+    }
+    EXPECT_TRUE(failures.none());
 }
 
 }  // namespace

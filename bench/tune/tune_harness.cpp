@@ -271,10 +271,6 @@ CaseSpec timed_case(const KernelEntry &key, const TimedShape &shape) {
     return spec;
 }
 
-// The memcpy runs on as many threads as the library gives the call: one below 4 MiB moved
-// (rope_set_parallel_runner's rule), else every core (its pool's default).
-constexpr size_t kSerialCallBytes = size_t{4} << 20;
-
 // dst = src on `pool`'s threads.
 void parallel_copy(ropebench::WorkerPool &pool, int threads, uint8_t *dst, const uint8_t *src, size_t bytes) {
     auto part = [&](int index) { ropebench::copy_part(src, dst, bytes, index, threads); };
@@ -314,7 +310,9 @@ void time_shape(const Options &options, const TimedShape &shape, const std::vect
     }
     const size_t q_bytes = call.q.storage()->bytes.size();
     const size_t k_bytes = call.k.storage()->bytes.size();
-    const int threads = moved < kSerialCallBytes ? 1 : static_cast<int>(std::thread::hardware_concurrency());
+    // The memcpy runs on as many threads as the library gives the call: one below
+    // kSerialCallBytes moved, else every core (its pool's default).
+    const int threads = moved < ropegen::kSerialCallBytes ? 1 : static_cast<int>(std::thread::hardware_concurrency());
     ropebench::WorkerPool pool(threads);
     // In place the outputs are the inputs: the memcpy copies into buffers of its own, the same
     // bytes an out-of-place call moves (as rope_bench compares its in-place rows).

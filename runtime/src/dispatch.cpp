@@ -24,11 +24,6 @@ namespace {
 
 constexpr int64_t kMaxStride = std::numeric_limits<int32_t>::max();
 constexpr int64_t kMaxCudaGridY = 65535;  // blocks along a CUDA grid's y dimension
-// On the library's pool, calls moving fewer bytes run on the calling thread: its workers sleep
-// between calls, and waking them costs more than it saves (measured on a 2-vCPU Zen 4 VM:
-// batch-64 decode, 2.5 MiB, takes 34 us on one thread and 58 us on two; a 4096-token prefill,
-// 80-160 MiB, gains from the second).
-constexpr uint64_t kSerialCallBytes = uint64_t{4} << 20;  // as call_bytes counts them
 
 halide_type_t halide_type(rope_dtype dtype) {
     switch (dtype) {

@@ -304,11 +304,17 @@ private:
         const bool scaled = !get_target().has_gpu_feature();
         // A table the call's scaling does not read is a one-element placeholder (the selects of
         // scaled_inv_freq evaluate every branch): reads are clamped into it, once per pair.
-        auto at_pair = [&](const auto &table) { return (*table)(clamp(v.pair, 0, table->dim(0).extent() - 1)); };
+        // A table the call reads has a value per pair: under the specialization for its scaling
+        // (see schedule_cpu) the clamp is to the pair loop's own bounds, which folds away, so
+        // the table is read as vectors rather than gathered.
+        auto at_pair = [&](const auto &table, rope_scaling_type reader) {
+            const Expr last = select(*scaling_type_ == reader, rotary_pairs(), table->dim(0).extent()) - 1;
+            return (*table)(clamp(v.pair, 0, last));
+        };
         const Scaling scaling{scaled ? Expr(*scaling_type_) : Expr(ROPE_SCALING_NONE),
                               *scaling_factor_, *original_max_positions_, *low_freq_factor_, *high_freq_factor_,
-                              *beta_fast_, *beta_slow_, *yarn_truncate_, at_pair(short_factor_), at_pair(long_factor_),
-                              at_pair(given_inv_freq_)};
+                              *beta_fast_, *beta_slow_, *yarn_truncate_, at_pair(short_factor_, ROPE_SCALING_LONGROPE),
+                              at_pair(long_factor_, ROPE_SCALING_LONGROPE), at_pair(given_inv_freq_, ROPE_SCALING_INV_FREQ)};
         Expr length = 0;
         if (scaled) {
             // The largest position, then the length in 64 bits: a position may be 2^31 - 1.

@@ -304,9 +304,9 @@ private:
         const bool scaled = !get_target().has_gpu_feature();
         // A table the call's scaling does not read is a one-element placeholder (the selects of
         // scaled_inv_freq evaluate every branch): reads are clamped into it, once per pair.
-        // A table the call reads has a value per pair: under the specialization for its scaling
-        // (see schedule_cpu) the clamp is to the pair loop's own bounds, which folds away, so
-        // the table is read as vectors rather than gathered.
+        // A table the call's scaling reads has a value per pair, so its clamp is to the pair
+        // loop's own bounds: where a specialization fixes the scaling (a table of frequencies,
+        // see schedule_cpu) that folds away, and the table is read as vectors, not gathered.
         auto at_pair = [&](const auto &table, rope_scaling_type reader) {
             const Expr last = select(*scaling_type_ == reader, rotary_pairs(), table->dim(0).extent()) - 1;
             return (*table)(clamp(v.pair, 0, last));

@@ -54,6 +54,12 @@ const float *cached_compat_inv_freq(double base, int32_t rotary_dim) {
     if (rotary_dim > kCompatInvFreqMaxRotaryDim) {
         return nullptr;
     }
+    if (const float *table = find_cached_compat_inv_freq(base, rotary_dim)) {
+        return table;
+    }
+    // Slots fill in order, so a key's first calls meet the same empty slot: one claims it. While
+    // a slot fills (about a microsecond), the others compute their own rather than claim the next
+    // slot for what may be the same key.
     for (Slot &slot : g_slots) {
         int state = slot.state.load(std::memory_order_acquire);
         if (state == Slot::kEmpty && slot.state.compare_exchange_strong(state, Slot::kFilling, std::memory_order_acquire)) {
@@ -63,10 +69,12 @@ const float *cached_compat_inv_freq(double base, int32_t rotary_dim) {
             slot.state.store(filled ? Slot::kReady : Slot::kEmpty, std::memory_order_release);
             return filled ? slot.inv_freq : nullptr;
         }
-        if (state == Slot::kReady && slot.holds(base, rotary_dim)) {
+        if (state == Slot::kFilling) {
+            return nullptr;
+        }
+        if (slot.holds(base, rotary_dim)) {  // ready: filled since the search above
             return slot.inv_freq;
         }
-        // Another key, or a slot being filled (perhaps with this key: the caller computes its own).
     }
     return nullptr;
 }
@@ -78,6 +86,14 @@ const float *find_cached_compat_inv_freq(double base, int32_t rotary_dim) {
         }
     }
     return nullptr;
+}
+
+int compat_inv_freq_keys_held() {
+    int held = 0;
+    for (const Slot &slot : g_slots) {
+        held += slot.state.load(std::memory_order_acquire) == Slot::kReady ? 1 : 0;
+    }
+    return held;
 }
 
 }  // namespace ropegen

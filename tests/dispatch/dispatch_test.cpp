@@ -672,8 +672,11 @@ TEST(FrequencyCache, CompatCallsWithoutScalingFillIt) {
             ASSERT_EQ(call.run(dispatch_runner()), ROPE_OK) << call.report().message;
             EXPECT_TRUE(call.check_outputs());
             const bool filled = find_cached_compat_inv_freq(c.base, 128) != nullptr;
-            EXPECT_EQ(filled, source == ROPE_SOURCE_COMPAT && scaling == ROPE_SCALING_NONE)
-                << c.describe() << ": " << call.report().kernel;
+            const bool fills = source == ROPE_SOURCE_COMPAT && scaling == ROPE_SCALING_NONE;
+            if (fills && !filled && compat_inv_freq_keys_held() == kCompatInvFreqSlots) {
+                GTEST_SKIP() << "every slot of the frequency cache was taken by earlier tests of this process";
+            }
+            EXPECT_EQ(filled, fills) << c.describe() << ": " << call.report().kernel;
         }
     }
 }
@@ -683,6 +686,10 @@ TEST(FrequencyCache, CompatCallsWithoutScalingFillIt) {
 // once every slot is taken a new key is declined (its calls compute their own), as is a
 // rotary_dim beyond the tables. (The kernel tests check the bits of calls on either path.)
 TEST(FrequencyCache, HoldsCompatFrequenciesUntilItsSlotsAreTaken) {
+    const int free_slots = kCompatInvFreqSlots - compat_inv_freq_keys_held();
+    if (free_slots == 0) {
+        GTEST_SKIP() << "every slot of the frequency cache was taken by earlier tests of this process";
+    }
     int filled = 0;
     for (int32_t i = 0; i < kCompatInvFreqSlots; i++) {
         const double base = 1000.0 + 7919.0 * i;
@@ -701,7 +708,8 @@ TEST(FrequencyCache, HoldsCompatFrequenciesUntilItsSlotsAreTaken) {
         EXPECT_EQ(cached_compat_inv_freq(base, rotary_dim), table);
         EXPECT_EQ(find_cached_compat_inv_freq(base, rotary_dim), table);
     }
-    EXPECT_GT(filled, 0);
+    EXPECT_EQ(filled, free_slots);
+    EXPECT_EQ(compat_inv_freq_keys_held(), kCompatInvFreqSlots);
     EXPECT_EQ(cached_compat_inv_freq(1.5, 64), nullptr) << "a key beyond the slots";
     EXPECT_EQ(find_cached_compat_inv_freq(1.5, 64), nullptr);
     EXPECT_EQ(cached_compat_inv_freq(1000.0, kCompatInvFreqMaxRotaryDim + 2), nullptr);

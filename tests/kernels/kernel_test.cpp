@@ -547,10 +547,26 @@ TEST_P(CachedFrequencyTest, GiveTheKernelsOwnBits) {
         unused_base += 0.5;
     }
     ASSERT_EQ(cached_compat_inv_freq(unused_base, rotary_dim), nullptr) << "the cache holds more keys than its slots";
+    // Cache full: calls of new keys take the kernel's unscaled path, checked against the oracle
+    // too, with the any-head_dim kernel's partial rotary slices and an odd token count.
     SCOPED_TRACE("cache full");
     const double base = 20000.5;
     expect_same_outputs(far_case(base), computing_in_the_kernel(far_case(base)));
     EXPECT_EQ(find_cached_compat_inv_freq(base, rotary_dim), nullptr);
+    const int d = static_cast<int>(base_case().head_dim);
+    for (const int rotary : {kernel().head_dim == 0 ? 4 : d, d / 2 - (d / 2) % 2, d - 2}) {  // dynamic needs R >= 4
+        CaseSpec c = far_case(base + rotary);
+        c.seq = 7;
+        c.positions = random_table(c, 0, int64_t{1} << 20, ROPE_INDEX_INT32, 72);
+        if (kernel().head_dim == 0) {
+            c.rotary_dim = rotary;
+            c.rotary_offset = d - rotary;
+        }
+        SCOPED_TRACE(c.describe());
+        expect_ok(c);
+        expect_same_outputs(c, computing_in_the_kernel(c));
+        EXPECT_EQ(find_cached_compat_inv_freq(c.effective_base(), static_cast<int32_t>(c.effective_rotary_dim())), nullptr);
+    }
     if (!cached) {
         GTEST_SKIP() << "the frequency cache was full before this test (earlier tests of this process): only the "
                         "kernel's own path was checked; run this kernel's tests alone (ctest does)";

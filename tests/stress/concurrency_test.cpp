@@ -251,9 +251,10 @@ TEST_F(ConcurrencyTest, RunnerSwapsNeverMixOneEnginesFunctionWithAnothersPool) {
 }
 
 // compat calls without scaling take their frequencies from a process-wide cache, which fills on
-// each key's first call: threads whose first calls race on more keys than it has slots (those
-// beyond compute their own) give the bits of the kernel computing the frequencies itself (dynamic
-// scaling within original_max keeps base).
+// each key's first call: threads whose first calls race, several on each key, on more keys than
+// it has slots (those beyond compute their own) give the bits of the kernel computing the frequencies itself (dynamic
+// scaling within original_max keeps base), and every slot ends up holding a key of its own (calls
+// racing on one key fill one slot).
 TEST_F(ConcurrencyTest, CallsFillingTheFrequencyCacheGiveTheKernelsOwnBits) {
     const std::vector<const KernelEntry *> kernels = one_kernel_per_key();
     const auto compat = std::find_if(kernels.begin(), kernels.end(),
@@ -262,6 +263,7 @@ TEST_F(ConcurrencyTest, CallsFillingTheFrequencyCacheGiveTheKernelsOwnBits) {
         GTEST_SKIP() << "this build has no compat kernel";
     }
     const int keys = kCompatInvFreqSlots + 4;
+    const int free_slots = kCompatInvFreqSlots - compat_inv_freq_keys_held();
     std::vector<CaseSpec> specs;
     std::vector<Outputs> serial;
     for (int key = 0; key < keys; key++) {
@@ -281,8 +283,9 @@ TEST_F(ConcurrencyTest, CallsFillingTheFrequencyCacheGiveTheKernelsOwnBits) {
     std::vector<std::thread> threads;
     for (int thread = 0; thread < kCallerThreads; thread++) {
         threads.emplace_back([&, thread] {
-            for (int round = 0; round < 3; round++) {
-                const int key = (thread + round * kCallerThreads) % keys;
+            // Three threads a key at once, a new key each round: 20 keys in 5 rounds.
+            for (int round = 0; round < 5; round++) {
+                const int key = (thread / 3 + round * (kCallerThreads / 3)) % keys;
                 RopeCall call(specs[key]);
                 if (call.run(kernel_runner(**compat)) != ROPE_OK) {
                     failures.add(std::string((*compat)->name) + ": " + call.report().message);
@@ -297,6 +300,18 @@ TEST_F(ConcurrencyTest, CallsFillingTheFrequencyCacheGiveTheKernelsOwnBits) {
         thread.join();
     }
     EXPECT_TRUE(failures.none());
+    // Then every key once more, one at a time: the slots a race left empty fill now, so the keys
+    // held are as many as the slots found free unless the race filled some slot with a key twice.
+    for (int key = 0; key < keys; key++) {
+        RopeCall call(specs[key]);
+        ASSERT_EQ(call.run(kernel_runner(**compat)), ROPE_OK) << call.report().message;
+        EXPECT_TRUE(agree(call, serial[key]));
+    }
+    int cached_keys = 0;
+    for (const CaseSpec &spec : specs) {
+        cached_keys += find_cached_compat_inv_freq(spec.base, static_cast<int32_t>(spec.effective_rotary_dim())) ? 1 : 0;
+    }
+    EXPECT_EQ(cached_keys, free_slots) << "distinct keys in the slots this test found free";
 }
 
 }  // namespace

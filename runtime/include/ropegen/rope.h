@@ -107,8 +107,8 @@ typedef enum rope_dtype {
 /** Where cos and sin come from (spec §5). */
 typedef enum rope_source {
     ROPE_SOURCE_CACHE = 0,   /**< caller's cos/sin tables, rows indexed by position */
-    ROPE_SOURCE_COMPAT = 1,  /**< computed like transformers' float32 arithmetic (without scaling, the
-                                  frequencies of up to 16 (base, rotary_dim) keys are kept across calls) */
+    ROPE_SOURCE_COMPAT = 1,  /**< computed like transformers' float32 arithmetic (CPU calls without scaling:
+                                  the frequencies of up to 16 (base, rotary_dim <= 512) keys are kept across calls) */
     ROPE_SOURCE_PRECISE = 2  /**< computed with f64 frequencies and angles */
 } rope_source;
 

@@ -12,11 +12,14 @@ constexpr int32_t kCompatInvFreqMaxRotaryDim = 512;
 
 /// The rotary_dim / 2 frequencies a compat kernel computes for `base` without scaling (spec §5),
 /// bit for bit, from a process-wide cache that fills on first use; null when the cache cannot
-/// hold them (rotary_dim beyond its tables, or its slots all taken by other keys). A table never
-/// changes once returned and lives until the process ends. Thread-safe, allocates nothing.
+/// give them (rotary_dim beyond its tables, its slots all taken by other keys, or a slot being
+/// filled by another thread just then). A table never changes once returned and lives until the
+/// process ends. Thread-safe, allocates nothing.
 const float *cached_compat_inv_freq(double base, int32_t rotary_dim);
 
-/// The cache's table of (base, rotary_dim) if it holds one already, else null; never fills.
+/// For tests: the cache's table of (base, rotary_dim) if it holds one already, else null (never
+/// fills); and how many keys it holds.
 const float *find_cached_compat_inv_freq(double base, int32_t rotary_dim);
+int compat_inv_freq_keys_held();
 
 }  // namespace ropegen

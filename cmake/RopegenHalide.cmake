@@ -28,8 +28,9 @@ endif ()
 # ropegen_add_kernel(<name> <kernel> [<knob>=<value>...] [ASSEMBLY <var>] [DEVICE_CODE <var>]
 #                    [TARGET <halide target>] [RUNTIME <runtime target>]):
 # the Halide library and function <name> of <kernel> of kernels.cmake (its target, features,
-# schedule knobs and generator: ropegen_rope unless it names another), with the knobs given changed, for another Halide target (with its own runtime)
-# when given; <var>, when given, receives the path of its assembly or device code.
+# schedule knobs and generator: ropegen_rope unless it names another), with the knobs given
+# changed, for another Halide target (with its own runtime) when given; <var>, when given,
+# receives the path of its assembly or device code.
 function(ropegen_add_kernel name kernel)
     cmake_parse_arguments(PARSE_ARGV 2 arg "" "ASSEMBLY;DEVICE_CODE;TARGET;RUNTIME" "")
     if (NOT arg_TARGET)

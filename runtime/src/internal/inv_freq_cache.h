@@ -17,9 +17,10 @@ constexpr int32_t kCompatInvFreqMaxRotaryDim = 512;
 /// process ends. Thread-safe, allocates nothing.
 const float *cached_compat_inv_freq(double base, int32_t rotary_dim);
 
-/// For tests: the cache's table of (base, rotary_dim) if it holds one already, else null (never
-/// fills); and how many keys it holds.
+/// The cache's table of (base, rotary_dim) if it holds one already, else null; never fills.
 const float *find_cached_compat_inv_freq(double base, int32_t rotary_dim);
+
+/// How many keys the cache holds (for tests, which need a free slot to see one filled).
 int compat_inv_freq_keys_held();
 
 }  // namespace ropegen

@@ -21,6 +21,7 @@ The same validation (load_schedule_file, load_tuned_file, or read_tuned_file and
 apart) and the machine's name (host_machine) are importable for tools such as the autotuner.
 """
 import argparse
+import copy
 import itertools
 import json
 import pathlib
@@ -85,12 +86,19 @@ CORE_KNOBS = ("vector_pairs", "unroll_pairs", "cos_sin_at", "cos_sin_vectors", "
               "half_rotation")
 CPU_KNOBS = CORE_KNOBS + ("layouts",)
 GPU_KNOBS = ("vector_pairs", "gpu")
-# A CPU kernel's size class (optional, in any entry): calls moving at least from_bytes (read and
-# written, q and k) take a sibling kernel, <name>_large, built with these knobs overlaid (from
-# DRAM the widths and orders that win in cache can lose). The knobs are the core ones but
-# cos_sin_at, which the allocation rule fixes per source.
+# A CPU kernel's call classes (optional, in any entry), each a sibling kernel built with the knobs
+# it lists overlaid on the kernel's own: the core ones but cos_sin_at, which the allocation rule
+# fixes per source, and the layouts.
+# - large_calls: calls moving at least from_bytes (read and written, q and k) take <name>_large
+#   (from DRAM the widths and orders that win in cache can lose);
+# - in_place_calls: calls that rotate q and k where they lie (q_out = q, k_out = k) take
+#   <name>_inplace (with half the memory traffic the loop's shuffles bound it, so the rotation that
+#   wins out of place can lose in place). A call large enough for a large-call kernel takes that
+#   one, in place or not.
 LARGE_CALLS = "large_calls"
-LARGE_CALL_KNOBS = tuple(knob for knob in CORE_KNOBS if knob != "cos_sin_at")
+IN_PLACE_CALLS = "in_place_calls"
+CALL_CLASSES = (LARGE_CALLS, IN_PLACE_CALLS)
+CALL_CLASS_KNOBS = tuple(knob for knob in CPU_KNOBS if knob != "cos_sin_at")
 MAX_FROM_BYTES = 1 << 62
 GPU_GROUP_KNOBS = ("threads_per_block", "pair_threads", "tokens_per_block")
 # Static shared memory a CUDA block may use: a block's cos/sin table must fit in it.
@@ -132,16 +140,20 @@ def _check_choice(where, value, choices):
 
 def _check_params(where, params, complete, gpu):
     keys = GPU_KNOBS if gpu else CPU_KNOBS
-    optional = () if gpu else (LARGE_CALLS,)
+    optional = () if gpu else CALL_CLASSES
     _check_keys(where, params, keys if complete else (), (() if complete else keys) + optional)
-    if LARGE_CALLS in params:
-        large = params[LARGE_CALLS]
-        _check_keys(f"{where}.{LARGE_CALLS}", large, ("from_bytes",), LARGE_CALL_KNOBS)
-        _check_int(f"{where}.{LARGE_CALLS}.from_bytes", large["from_bytes"], 1, MAX_FROM_BYTES)
-        if len(large) == 1:
-            raise ScheduleError(f"{where}.{LARGE_CALLS}: sets no knob, so its kernel would be its sibling's twin; "
-                                f"set some of {list(LARGE_CALL_KNOBS)}, or drop it")
-        _check_params(f"{where}.{LARGE_CALLS}", {k: v for k, v in large.items() if k != "from_bytes"}, False, gpu)
+    for call_class in CALL_CLASSES:
+        if call_class not in params:
+            continue
+        sizes = ("from_bytes",) if call_class == LARGE_CALLS else ()
+        knobs = params[call_class]
+        _check_keys(f"{where}.{call_class}", knobs, sizes, CALL_CLASS_KNOBS)
+        if sizes:
+            _check_int(f"{where}.{call_class}.from_bytes", knobs["from_bytes"], 1, MAX_FROM_BYTES)
+        if len(knobs) == len(sizes):
+            raise ScheduleError(f"{where}.{call_class}: sets no knob, so its kernel would be its sibling's twin; "
+                                f"set some of {list(CALL_CLASS_KNOBS)}, or drop it")
+        _check_params(f"{where}.{call_class}", {k: v for k, v in knobs.items() if k not in sizes}, False, gpu)
     if "vector_pairs" in params:
         _check_int(f"{where}.vector_pairs", params["vector_pairs"], 1, 64, power_of_two=True)
     if "unroll_pairs" in params:
@@ -256,7 +268,7 @@ def load_schedule_file(path, target):
         raise ScheduleError(f"{path}: needs exactly one entry whose match is all \"*\" (the complete default), found {len(defaults)}")
     for values in itertools.product(*MATCH_KEYS.values()):
         key = dict(zip(MATCH_KEYS, values))
-        size_classes(key, resolve(entries, key))
+        call_classes(key, resolve(entries, key))
     return entries
 
 
@@ -394,18 +406,24 @@ def resolve(entries, key, tuned=()):
     resolved = {"layouts": {}}
     layers = matching_entries(entries, key, tuned)
     for _, params in layers:
-        for name, value in params.items():
-            if name == "layouts":
-                for layout, knobs in value.items():
-                    resolved["layouts"].setdefault(layout, {}).update(knobs)
-            elif name == "gpu":
-                resolved.setdefault("gpu", {}).update(value)
-            else:
-                resolved[name] = value
+        _overlay(resolved, params)
     for (group, knob), message in rule_violations(key, resolved).items():
         setter = next(where for where, params in reversed(layers) if knob in (params.get(group, {}) if group else params))
         raise ScheduleError(f"{setter}.params, for kernel {key}: {message}")
     return _plain_words(key, resolved)
+
+
+def _overlay(resolved, params):
+    """Sets the knobs of `params` in `resolved`, a group's (a layout's, gpu's) knob by knob."""
+    for name, value in params.items():
+        if name == "layouts":
+            for layout, knobs in value.items():
+                resolved["layouts"].setdefault(layout, {}).update(knobs)
+        elif name == "gpu":
+            resolved.setdefault("gpu", {}).update(value)
+        else:
+            resolved[name] = value
+    return resolved
 
 
 def _plain_words(key, params):
@@ -461,8 +479,8 @@ def rule_violations(key, params):
 
 
 def _knob_names(params):
-    """The knobs one entry's params set, as generator parameters, plus large_calls."""
-    return set(generator_params(_as_resolved(params))) | ({LARGE_CALLS} & set(params))
+    """The knobs one entry's params set, as generator parameters, plus its call classes."""
+    return set(generator_params(_as_resolved(params))) | (set(CALL_CLASSES) & set(params))
 
 
 def _as_resolved(params):
@@ -473,7 +491,7 @@ def _as_resolved(params):
 def generator_params(resolved):
     """Flattens resolved parameters into the generator's GeneratorParam names: a knob of a group
     (a layout, or gpu) is named <group>_<knob>."""
-    params = {k: v for k, v in resolved.items() if k not in ("layouts", "gpu", LARGE_CALLS)}
+    params = {k: v for k, v in resolved.items() if k not in ("layouts", "gpu", *CALL_CLASSES)}
     groups = sorted(resolved["layouts"].items()) + ([("gpu", resolved["gpu"])] if "gpu" in resolved else [])
     for group, knobs in groups:
         for knob, value in knobs.items():
@@ -481,23 +499,28 @@ def generator_params(resolved):
     return params
 
 
-def kernel_name(isa, style, head_dim, dtype, source, large=False):
-    return f"ropegen_{style}_{source}_d{head_dim or 'any'}_{dtype}{'_large' if large else ''}__{isa}"
+def kernel_name(isa, style, head_dim, dtype, source, call_class=None):
+    suffix = {None: "", LARGE_CALLS: "_large", IN_PLACE_CALLS: "_inplace"}[call_class]
+    return f"ropegen_{style}_{source}_d{head_dim or 'any'}_{dtype}{suffix}__{isa}"
 
 
-def size_classes(key, resolved):
-    """A kernel key's kernels as (min_call_bytes, resolved params), the dispatcher's order: the
-    large-call sibling first when the schedule has one (0: every call). A large_calls whose knobs
-    are the kernel's own (a later change of the defaults can make them so) adds no kernel."""
-    classes = [(0, {k: v for k, v in resolved.items() if k != LARGE_CALLS})]
-    if LARGE_CALLS in resolved:
-        large = dict(resolved[LARGE_CALLS])
-        from_bytes = large.pop("from_bytes")
-        params = _plain_words(key, {**classes[0][1], **large})
+def call_classes(key, resolved):
+    """A kernel key's kernels as (call class, min_call_bytes, resolved params), the dispatcher's
+    order: the large-call sibling, then the in-place one, where the schedule has them, then the
+    kernel of every call (call class None, min_call_bytes 0). A class whose knobs are the
+    kernel's own (a later change of the defaults can make them so) adds no kernel."""
+    own = {k: v for k, v in resolved.items() if k not in CALL_CLASSES}
+    classes = [(None, 0, own)]
+    for call_class in reversed(CALL_CLASSES):
+        if call_class not in resolved:
+            continue
+        knobs = dict(resolved[call_class])
+        from_bytes = knobs.pop("from_bytes", 0)
+        params = _plain_words(key, _overlay(copy.deepcopy(own), knobs))
         for message in rule_violations(key, params).values():
-            raise ScheduleError(f"{LARGE_CALLS} of kernel {key}: {message}")
-        if params != classes[0][1]:
-            classes.insert(0, (from_bytes, params))
+            raise ScheduleError(f"{call_class} of kernel {key}: {message}")
+        if params != own:
+            classes.insert(0, (call_class, from_bytes, params))
     return classes
 
 
@@ -559,22 +582,25 @@ def main():
         for isa in isas:
             _, family, halide_target, isa_enum = ISAS[isa]
             levels.append((isa, family, halide_target, KERNEL_FEATURES,
-                           lambda name, key, params, min_call_bytes, isa_enum=isa_enum: (
+                           lambda name, key, params, call_class, min_call_bytes, isa_enum=isa_enum: (
                                f"ROPE_KERNEL({name}, {isa_enum}, {_key_args(key)}, "
-                               f"{int(stores_pair_words(key, params))}, {min_call_bytes}ull)"),
+                               f"{int(stores_pair_words(key, params))}, {min_call_bytes}ull, "
+                               f"{int(call_class == IN_PLACE_CALLS)})"),
                            "ROPEGEN_KERNELS"))
         for level in cuda_levels:
             family, feature, capability = CUDA_LEVELS[level]
             levels.append((f"cuda_{level}", family, f"{host}-cuda-{feature}", CUDA_KERNEL_FEATURES,
-                           lambda name, key, params, min_call_bytes, capability=capability: (
+                           lambda name, key, params, call_class, min_call_bytes, capability=capability: (
                                f"ROPE_CUDA_KERNEL({name}, {capability}, {_key_args(key)}, "
                                f"{params['vector_pairs'] if key['head_dim'] else 0})"),
                            "ROPEGEN_CUDA_KERNELS"))
         cmake_lines = ["# Auto-generated by cmake/ropegen_kernels.py from schedules/*.json. Do not edit."]
         inc_lines = ["// Auto-generated by cmake/ropegen_kernels.py from schedules/*.json. Do not edit.",
-                     "// ROPE_KERNEL(name, isa, style, source, dtype, head_dim, pair_words, min_call_bytes); best ISA first.",
+                     "// ROPE_KERNEL(name, isa, style, source, dtype, head_dim, pair_words, min_call_bytes, in_place);",
+                     "// best ISA first.",
                      "// pair_words 1: the kernel stores its 16-bit lanes as 32-bit words (interleaved_rotation or half_rotation words).",
                      "// min_call_bytes > 0: a large-call kernel, for calls moving at least that many bytes; listed before its sibling.",
+                     "// in_place 1: an in-place kernel, for calls with q_out = q and k_out = k; listed before its sibling.",
                      "// ROPE_CUDA_KERNEL(name, capability, style, source, dtype, head_dim, vector_elements):",
                      "// vector_elements > 0: the kernel needs 16-byte aligned data and strides in multiples of it."]
         names = {"ROPEGEN_KERNELS": [], "ROPEGEN_CUDA_KERNELS": []}
@@ -606,9 +632,9 @@ def main():
                         for source in SOURCES:
                             key = {"style": style, "head_dim": head_dim, "dtype": dtype, "source": source}
                             entries_used = "; ".join(where for where, _ in matching_entries(entries, key, tuned_entries))
-                            for min_call_bytes, resolved in size_classes(key, resolve(entries, key, tuned_entries)):
+                            for call_class, min_call_bytes, resolved in call_classes(key, resolve(entries, key, tuned_entries)):
                                 params = generator_params(resolved)
-                                name = kernel_name(level, style, head_dim, dtype, source, min_call_bytes > 0)
+                                name = kernel_name(level, style, head_dim, dtype, source, call_class)
                                 knobs = " ".join(f"{k}={v}" for k, v in params.items())
                                 schedule_lines.append(f"ROPE_KERNEL_SCHEDULE({name}, {c_string(family)}, "
                                                       f"{c_string(entries_used)}, {c_string(knobs)})")
@@ -618,7 +644,7 @@ def main():
                                 cmake_lines.append(f"set(ROPEGEN_KERNEL_{name}_TARGET \"{halide_target}\")")
                                 cmake_lines.append(f"set(ROPEGEN_KERNEL_{name}_FEATURES {' '.join(features)})")
                                 cmake_lines.append(f"set(ROPEGEN_KERNEL_{name}_PARAMS {all_params})")
-                                inc_lines.append(inc_line(name, key, params, min_call_bytes))
+                                inc_lines.append(inc_line(name, key, params, call_class, min_call_bytes))
         if args.tuned_machine not in ("host", "none") and not used:
             raise ScheduleError(f"ROPEGEN_TUNED_MACHINE={machine}: no tuned file for the families built; looked for "
                                 f"{', '.join(map(str, looked_for))}")

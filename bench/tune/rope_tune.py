@@ -308,7 +308,7 @@ def large_call_stage(default, tuned, tuned_m, key, isa, measure, from_bytes, jud
         tuned_m, best_m = measure([tuned, best], REPS_CONFIRM, stage, from_bytes)
         if best_m is None or best_m.score(shapes=large) < LARGE_CALL_MIN_GAIN * tuned_m.score(shapes=large):
             return None
-    knobs = {knob: best[knob] for knob in rk.LARGE_CALL_KNOBS if best[knob] != tuned[knob]}
+    knobs = {knob: best[knob] for knob in rk.CALL_CLASS_KNOBS if best[knob] != tuned[knob]}
     return {"from_bytes": from_bytes, **knobs}, best_m, tuned_m
 
 
@@ -702,23 +702,25 @@ def compare(bench, defaults, tuned_entries, keys, progress):
 
     for key in (k for k in keys if key_id(k) in tuned_keys):
         progress.done += 1
-        default, tuned = canonical(rk.resolve(defaults, key)), canonical(rk.resolve(defaults, key, tuned_entries))
-        # (min_call_bytes, params): the key's own kernel last, a large-call one before it.
-        classes = rk.size_classes(key, tuned)
-        own = canonical(classes[-1][1])
+        # The in-place kernel (in_place_calls) is the schedule file's, not the tuner's: left out.
+        default, tuned = (canonical({k: v for k, v in rk.resolve(defaults, key, layer).items() if k != rk.IN_PLACE_CALLS})
+                          for layer in ((), tuned_entries))
+        # (call class, min_call_bytes, params): the key's own kernel last, a large-call one before it.
+        classes = rk.call_classes(key, tuned)
+        own = canonical(classes[-1][2])
         large_row = len(classes) > 1 and bench.judges == MEASURED_KNOBS  # the model has no call sizes
         if own == default and not large_row:
             kept += 1
             continue
         knobs = changed_knobs(default, tuned)
         # With a large-call kernel, the key's own one serves the calls below its size only.
-        from_bytes = classes[0][0] if large_row else math.inf
+        from_bytes = classes[0][1] if large_row else math.inf
         if own != default:
             label = key_id(key) if not large_row else f"{key_id(key)}, calls below {from_bytes} bytes"
             row(key, label, [default, own], [k for k in knobs if not k.startswith(rk.LARGE_CALLS)], below_bytes=from_bytes)
         if large_row:
             row(key, f"{key_id(key)}, calls from {from_bytes} bytes (tuned: the large-call kernel)",
-                [own, canonical(classes[0][1])], [k for k in knobs if k.startswith(rk.LARGE_CALLS)], min_bytes=from_bytes)
+                [own, canonical(classes[0][2])], [k for k in knobs if k.startswith(rk.LARGE_CALLS)], min_bytes=from_bytes)
     header = [f"| key | default ({bench.measurement.UNIT.replace('_', ' ')}) | tuned | speedup | changed knobs |",
               "|---|---|---|---|---|"]
     return "\n".join(header + rows) + f"\n\nThe other {kept} keys kept the defaults.\n", failed

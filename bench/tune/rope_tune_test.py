@@ -231,7 +231,7 @@ class LargeCallTest(unittest.TestCase):
         self.assertTrue(all(tuned[knob] != value for knob, value in entry.items() if knob != "from_bytes"))
         self.assertGreater(large_m.score(shapes=["prefill_huge"]), sibling_m.score(shapes=["prefill_huge"]))
         # The entry is what the build reads: a sibling kernel with the knob overlaid.
-        (_, large), (_, sibling) = rk.size_classes(KEY, {**tuned, rk.LARGE_CALLS: entry})
+        (_, _, large), (_, _, sibling) = rk.call_classes(KEY, {**tuned, rk.LARGE_CALLS: entry})
         self.assertEqual((large, sibling), ({**tuned, **{k: v for k, v in entry.items() if k != "from_bytes"}}, tuned))
 
     def test_none_without_a_large_shape_or_a_win(self):

@@ -188,7 +188,7 @@ const KernelEntry *select_kernel(const ValidCall &call, const Target &target) {
     for (const KernelEntry *kernel = first; kernel != end; kernel++) {
         if (kernel_matches(*kernel, call.params) &&
             (cuda ? kernel->cuda_capability <= target.capability && vectors_aligned(*kernel, call)
-                  : pair_words_fit(*kernel, call.params) && size_class_fits(*kernel, call.params))) {
+                  : pair_words_fit(*kernel, call.params) && call_class_fits(*kernel, call.params))) {
             return kernel;
         }
     }

@@ -9,8 +9,8 @@ namespace ropegen {
 namespace {
 
 const KernelEntry kKernels[] = {
-#define ROPE_KERNEL(name, isa, style, source, dtype, head_dim, pair_words, min_call_bytes) \
-    {#name, isa, style, source, dtype, head_dim, &name, 0, 0, pair_words != 0, min_call_bytes},
+#define ROPE_KERNEL(name, isa, style, source, dtype, head_dim, pair_words, min_call_bytes, in_place) \
+    {#name, isa, style, source, dtype, head_dim, &name, 0, 0, pair_words != 0, min_call_bytes, in_place != 0},
 #define ROPE_CUDA_KERNEL(...)
 #include "kernels.inc"
 #undef ROPE_KERNEL

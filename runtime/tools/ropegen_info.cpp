@@ -147,6 +147,9 @@ Node kernel_node(const ropegen::KernelEntry &kernel) {
     if (kernel.min_call_bytes != 0) {
         node.add("min_call_bytes", Node::number(static_cast<long long>(kernel.min_call_bytes)));
     }
+    if (kernel.in_place_calls) {
+        node.add("in_place_calls", Node::boolean(true));
+    }
     if (const KernelSchedule *schedule = schedule_of(kernel.name)) {
         Node &s = node.add("schedule", Node::object());
         s.add("family", Node::string(schedule->family));
@@ -238,7 +241,7 @@ struct CallShape {
     std::map<std::string, std::string> fields = {{"style", "half"}, {"source", "cache"}, {"dtype", "bf16"},
                                                  {"layout", "bshd"}, {"head_dim", "128"}, {"rotary_dim", "0"},
                                                  {"batch", "8"},     {"seq", "1"},        {"heads", "32"},
-                                                 {"kv_heads", "8"}};
+                                                 {"kv_heads", "8"},  {"in_place", "0"}};
 };
 
 int index_of(const char *const *names, size_t count, const std::string &value, const char *what) {
@@ -291,6 +294,11 @@ Node call_node(const CallShape &shape) {
     const long long batch = positive(shape, "batch", 1), seq = positive(shape, "seq", 1);
     const long long heads = positive(shape, "heads", 1), kv_heads = positive(shape, "kv_heads", 0);
     const long long head_dim = positive(shape, "head_dim", 1), rotary_dim = positive(shape, "rotary_dim", 0);
+    const std::string &in_place = shape.fields.at("in_place");
+    if (in_place != "0" && in_place != "1") {
+        std::fprintf(stderr, "ropegen-info: in_place=%s is not 0 or 1\n", in_place.c_str());
+        std::exit(2);
+    }
     // The query reads real buffers (validation reads positions and checks overlaps): keep them small.
     if (batch * seq * std::max(heads, kv_heads) * head_dim > (1ll << 28)) {
         std::fprintf(stderr, "ropegen-info: --call: batch*seq*heads*head_dim above 2^28 elements; the tool allocates "
@@ -305,10 +313,10 @@ Node call_node(const CallShape &shape) {
     params.angles.source = static_cast<rope_source>(index_of(kSources, 3, shape.fields.at("source"), "source"));
     params.rotary_dim = static_cast<int32_t>(rotary_dim);
     params.q = tensor(buffers.q, dtype, layout, batch, seq, heads, head_dim);
-    params.q_out = tensor(buffers.q_out, dtype, layout, batch, seq, heads, head_dim);
+    params.q_out = in_place == "1" ? params.q : tensor(buffers.q_out, dtype, layout, batch, seq, heads, head_dim);
     if (kv_heads > 0) {
         params.k = tensor(buffers.k, dtype, layout, batch, seq, kv_heads, head_dim);
-        params.k_out = tensor(buffers.k_out, dtype, layout, batch, seq, kv_heads, head_dim);
+        params.k_out = in_place == "1" ? params.k : tensor(buffers.k_out, dtype, layout, batch, seq, kv_heads, head_dim);
     }
     if (params.angles.source == ROPE_SOURCE_CACHE) {  // one row per position 0..seq-1
         const size_t row = static_cast<size_t>(rotary_dim ? rotary_dim : head_dim) / 2;
@@ -331,7 +339,8 @@ Node call_node(const CallShape &shape) {
     node.add("kernel", status == ROPE_OK ? Node::string(report.kernel) : Node{});
     // The dispatcher takes the first kernel of the table (best level first, fixed head_dim before
     // the any-head_dim kernel) that computes the call, whose level is at most the active one and,
-    // for a large-call kernel, that moves at least its min_call_bytes.
+    // for a large-call kernel, that moves at least its min_call_bytes; for an in-place kernel, that
+    // rotates q and k where they lie.
     Node &candidates = node.add("candidates", Node::list());
     const ropegen::KernelEntry *chosen_kernel = nullptr;
     size_t count = 0;
@@ -350,11 +359,14 @@ Node call_node(const CallShape &shape) {
                                    : std::string(", the any-head_dim kernel")) +
                   (kernel.min_call_bytes ? ", for calls moving at least " + std::to_string(kernel.min_call_bytes) +
                                                " bytes" + moved
-                                         : std::string());
+                                         : std::string()) +
+                  (kernel.in_place_calls ? ", for calls in place" : "");
         } else if (chosen_kernel != nullptr) {
             why = "not needed: a kernel before it in the table was chosen";
-        } else if (kernel.isa <= rope_active_isa() && !ropegen::size_class_fits(kernel, params)) {
-            why = "passed over: for calls moving at least " + std::to_string(kernel.min_call_bytes) + " bytes" + moved;
+        } else if (kernel.isa <= rope_active_isa() && !ropegen::call_class_fits(kernel, params)) {
+            why = kernel.in_place_calls ? std::string("passed over: for calls in place (q_out = q, k_out = k)")
+                                        : "passed over: for calls moving at least " + std::to_string(kernel.min_call_bytes) +
+                                              " bytes" + moved;
         } else if (kernel.isa > ropegen::detected_isa()) {
             why = std::string("passed over: needs ") + ropegen::isa_name(kernel.isa) + "; this CPU's best is " +
                   ropegen::isa_name(ropegen::detected_isa());
@@ -379,7 +391,8 @@ void usage(FILE *out) {
                "  shape would run and why. --kernels also lists every kernel with its schedule.\n"
                "  --call keys (default: a Llama-3-8B decode step):\n"
                "    style=half|interleaved source=cache|compat|precise dtype=f32|f16|bf16\n"
-               "    layout=bshd|bhsd|sbhd head_dim=128 rotary_dim=0 batch=8 seq=1 heads=32 kv_heads=8 (0: q only)\n",
+               "    layout=bshd|bhsd|sbhd head_dim=128 rotary_dim=0 batch=8 seq=1 heads=32 kv_heads=8 (0: q only)\n"
+               "    in_place=0|1 (1: q_out = q, k_out = k)\n",
                out);
 }
 

@@ -424,6 +424,45 @@ TEST(KernelChoice, LargeCallKernelServesCallsFromItsSize) {
     }
 }
 
+// An in-place kernel (schedules' in_place_calls) serves the calls of its key that rotate q and k
+// where they lie, and its sibling the others: the same call out of place, and with only q in place.
+TEST(KernelChoice, InPlaceKernelServesCallsInPlace) {
+    int checked = 0;
+    for (const KernelEntry *in_place : all_kernels()) {
+        if (!in_place->in_place_calls || in_place->isa != rope_active_isa()) {
+            continue;
+        }
+        checked++;
+        const KernelEntry *sibling = in_place + 1;  // CallClassKernelsPrecedeTheirSibling
+        for (const Memory memory : {Memory::InPlace, Memory::PackedQkvInPlace, Memory::Separate, Memory::PackedQkv}) {
+            CaseSpec c = kernel_case(*in_place, 96);
+            c.memory = memory;
+            const bool in_place_call = memory == Memory::InPlace || memory == Memory::PackedQkvInPlace;
+            SCOPED_TRACE(std::string(in_place->name) + ": " + c.describe());
+            RopeCall call(c);
+            ASSERT_EQ(call.run(dispatch_runner()), ROPE_OK) << call.report().message;
+            EXPECT_STREQ(call.report().kernel, in_place_call ? in_place->name : sibling->name);
+            EXPECT_TRUE(call.check_outputs());
+        }
+        // q in place, k into its own output: not a call in place.
+        CaseSpec c = kernel_case(*in_place, 96);
+        RopeCall call(c);
+        rope_params p = call.params();
+        p.q_out = p.q;
+        EXPECT_EQ(first_matching_kernel(p, rope_active_isa()), sibling);
+        p.k_out = p.k;
+        EXPECT_EQ(first_matching_kernel(p, rope_active_isa()), in_place);
+        rope_report report = rope_report_init();
+        ASSERT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+        EXPECT_STREQ(report.kernel, in_place->name);
+    }
+    if (checked == 0) {
+        GTEST_SKIP() << "no kernel at ISA level " << isa_name(rope_active_isa())
+                     << " has an in-place call class: no schedule this build used sets in_place_calls "
+                        "(schedules/README.md)";
+    }
+}
+
 // call_bytes, the size that picks a size class: q and k read and written, every lane of a head out
 // of place (the lanes outside the rotary slice are copied) and only the rotary slice in place.
 TEST(KernelChoice, CallBytesCountWhatACallMoves) {

@@ -587,9 +587,11 @@ TEST(KernelTable, NamesSpellTheirKeys) {
         const std::string head = k->head_dim == 0 ? "any" : std::to_string(k->head_dim);
         const std::string expected = std::string("ropegen_") + reference::style_name(k->style) + "_" +
                                      reference::source_name(k->source) + "_d" + head + "_" +
-                                     reference::dtype_name(k->dtype) + (k->min_call_bytes ? "_large" : "") + "__" +
+                                     reference::dtype_name(k->dtype) +
+                                     (k->min_call_bytes ? "_large" : k->in_place_calls ? "_inplace" : "") + "__" +
                                      isa_name(k->isa);
         EXPECT_EQ(k->name, expected);
+        EXPECT_FALSE(k->min_call_bytes != 0 && k->in_place_calls) << k->name << " has two call classes";
         EXPECT_TRUE(names.insert(k->name).second) << "duplicate kernel " << k->name;
     }
 }
@@ -620,26 +622,28 @@ TEST(KernelTable, BestIsaFirst) {
     }
 }
 
-// A large-call kernel comes right before its sibling (same key and ISA, every size), which the
-// dispatcher takes for the calls the large one does not serve.
-TEST(KernelTable, LargeCallKernelPrecedesItsSibling) {
+// A kernel of a call class comes before its sibling of every call (same key and ISA), which the
+// dispatcher takes for the calls the class does not serve: large-call, then in-place, then the
+// sibling, with nothing else between.
+TEST(KernelTable, CallClassKernelsPrecedeTheirSibling) {
     const std::vector<const KernelEntry *> kernels = all_kernels();
+    auto class_rank = [](const KernelEntry &k) { return k.min_call_bytes != 0 ? 0 : k.in_place_calls ? 1 : 2; };
     int checked = 0;
     for (size_t i = 0; i < kernels.size(); i++) {
-        if (kernels[i]->min_call_bytes == 0) {
+        if (class_rank(*kernels[i]) == 2) {
             continue;
         }
         checked++;
         ASSERT_LT(i + 1, kernels.size()) << kernels[i]->name << " is last";
-        const KernelEntry &large = *kernels[i], &sibling = *kernels[i + 1];
-        EXPECT_EQ(sibling.min_call_bytes, 0u) << sibling.name;
-        EXPECT_TRUE(sibling.isa == large.isa && sibling.style == large.style && sibling.source == large.source &&
-                    sibling.dtype == large.dtype && sibling.head_dim == large.head_dim)
-            << large.name << " before " << sibling.name;
+        const KernelEntry &kernel = *kernels[i], &next = *kernels[i + 1];
+        EXPECT_TRUE(next.isa == kernel.isa && next.style == kernel.style && next.source == kernel.source &&
+                    next.dtype == kernel.dtype && next.head_dim == kernel.head_dim)
+            << kernel.name << " before " << next.name;
+        EXPECT_GT(class_rank(next), class_rank(kernel)) << kernel.name << " before " << next.name;
     }
-    // Without large kernels there is nothing to order (KernelChoice.LargeCallKernelServesCallsFromItsSize
-    // says so loudly); a skip here would skip the KernelTable group, which skips whole or not at all.
-    RecordProperty("large_call_kernels", checked);
+    // Without such kernels there is nothing to order (the KernelChoice tests of each class say so
+    // loudly); a skip here would skip the KernelTable group, which skips whole or not at all.
+    RecordProperty("call_class_kernels", checked);
 }
 
 // The generator starts every kernel function on a 64-byte boundary (rope_generator.cpp), so a

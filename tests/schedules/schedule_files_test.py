@@ -155,8 +155,8 @@ class TunedFileTest(unittest.TestCase):
         self.assert_rejected(self.write(doc), "kernels[0].params.large_calls.from_bytes: 0 must be an integer in [1, ")
         doc["kernels"][0]["params"]["large_calls"] = {"from_bytes": 1 << 25}
         self.assert_rejected(self.write(doc), "kernels[0].params.large_calls: sets no knob")
-        doc["kernels"][0]["params"]["large_calls"] = {"from_bytes": 1 << 25, "layouts": {}}
-        self.assert_rejected(self.write(doc), "kernels[0].params.large_calls: unknown key(s) ['layouts']")
+        doc["kernels"][0]["params"]["large_calls"] = {"from_bytes": 1 << 25, "cos_sin_at": "root"}
+        self.assert_rejected(self.write(doc), "kernels[0].params.large_calls: unknown key(s) ['cos_sin_at']")
         doc["kernels"][0]["params"]["large_calls"] = {"from_bytes": 1 << 25, "vector_pairs": 12}
         self.assert_rejected(self.write(doc), "kernels[0].params.large_calls.vector_pairs: 12 must be a power of two")
         doc = tuned_doc("cuda-sm86", GPU_PARAMS)
@@ -164,19 +164,52 @@ class TunedFileTest(unittest.TestCase):
         with self.assertRaisesRegex(rk.ScheduleError, re.escape("kernels[0].params: unknown key(s) ['large_calls']")):
             rk.load_tuned_file(self.write(doc, directory="cuda-sm86"), "cuda-sm86", HALIDE, ROPEGEN)
 
+    def test_in_place_calls(self):
+        doc = tuned_doc()
+        doc["kernels"][0]["params"]["in_place_calls"] = {"from_bytes": 1 << 25, "vector_pairs": 16}
+        self.assert_rejected(self.write(doc), "kernels[0].params.in_place_calls: unknown key(s) ['from_bytes']")
+        doc["kernels"][0]["params"]["in_place_calls"] = {}
+        self.assert_rejected(self.write(doc), "kernels[0].params.in_place_calls: sets no knob")
+        doc["kernels"][0]["params"]["in_place_calls"] = {"interleaved_rotation": "shuffle"}
+        self.assert_rejected(self.write(doc), "kernels[0].params.in_place_calls.interleaved_rotation: \"shuffle\" must be")
+        doc["kernels"][0]["params"]["in_place_calls"] = {"layouts": {"bhsd": {"head_loop": "sideways"}}}
+        self.assert_rejected(self.write(doc), "kernels[0].params.in_place_calls.layouts.bhsd.head_loop")
+        doc = tuned_doc("cuda-sm86", GPU_PARAMS)
+        doc["kernels"][0]["params"]["in_place_calls"] = {"vector_pairs": 4}
+        with self.assertRaisesRegex(rk.ScheduleError, re.escape("kernels[0].params: unknown key(s) ['in_place_calls']")):
+            rk.load_tuned_file(self.write(doc, directory="cuda-sm86"), "cuda-sm86", HALIDE, ROPEGEN)
+
+    def test_call_classes_make_sibling_kernels_in_the_dispatchers_order(self):
+        entries = rk.load_schedule_file(REPO / "schedules" / f"{TARGET}.json", TARGET)
+        doc = tuned_doc()
+        doc["kernels"][0]["params"]["large_calls"] = {"from_bytes": 1 << 25, "vector_pairs": 16}
+        # One knob of one layout: the others keep the kernel's own.
+        doc["kernels"][0]["params"]["in_place_calls"] = {"unroll_pairs": 2, "layouts": {"bhsd": {"head_loop": "inside_tokens"}}}
+        resolved = rk.resolve(entries, KEY, rk.load_tuned_file(self.write(doc), TARGET, HALIDE, ROPEGEN))
+        classes = rk.call_classes(KEY, resolved)
+        self.assertEqual([(call_class, size) for call_class, size, _ in classes],
+                         [("large_calls", 1 << 25), ("in_place_calls", 0), (None, 0)])
+        layouts = dict(CPU_PARAMS["layouts"], bhsd={"tokens_per_task": 32, "head_loop": "inside_tokens"})
+        self.assertEqual(classes[1][2], dict(CPU_PARAMS, unroll_pairs=2, layouts=layouts))
+        self.assertEqual(classes[2][2], CPU_PARAMS)  # the overlay left the kernel's own knobs alone
+        # Knobs that are the kernel's own: no second kernel.
+        doc["kernels"][0]["params"]["in_place_calls"] = {"unroll_pairs": 4}
+        resolved = rk.resolve(entries, KEY, rk.load_tuned_file(self.write(doc), TARGET, HALIDE, ROPEGEN))
+        self.assertEqual([c for c, _, _ in rk.call_classes(KEY, resolved)], ["large_calls", None])
+
     def test_large_calls_make_a_sibling_kernel(self):
         entries = rk.load_schedule_file(REPO / "schedules" / f"{TARGET}.json", TARGET)
         doc = tuned_doc()
         doc["kernels"][0]["params"]["large_calls"] = {"from_bytes": 1 << 25, "vector_pairs": 16}
         resolved = rk.resolve(entries, KEY, rk.load_tuned_file(self.write(doc), TARGET, HALIDE, ROPEGEN))
-        (from_bytes, large), (every, sibling) = rk.size_classes(KEY, resolved)
+        (_, from_bytes, large), (_, every, sibling) = rk.call_classes(KEY, resolved)
         self.assertEqual((from_bytes, every), (1 << 25, 0))
         self.assertEqual(sibling, CPU_PARAMS)
         self.assertEqual(large, dict(CPU_PARAMS, vector_pairs=16))
         # The sibling's own knobs (a later change of the defaults can make them so): no second kernel.
         doc["kernels"][0]["params"]["large_calls"] = {"from_bytes": 1 << 25, "vector_pairs": 8}
         resolved = rk.resolve(entries, KEY, rk.load_tuned_file(self.write(doc), TARGET, HALIDE, ROPEGEN))
-        self.assertEqual(rk.size_classes(KEY, resolved), [(0, CPU_PARAMS)])
+        self.assertEqual(rk.call_classes(KEY, resolved), [(None, 0, CPU_PARAMS)])
 
     def test_cos_sin_placement_must_be_what_the_dispatcher_reserves(self):
         doc = tuned_doc()
@@ -402,14 +435,35 @@ class CommandLineTest(unittest.TestCase):
                  if line.startswith("ROPE_KERNEL(ropegen_half_cache_d128_f32")]
         self.assertEqual(lines, [
             "ROPE_KERNEL(ropegen_half_cache_d128_f32_large__avx512, ROPE_ISA_AVX512, ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, "
-            "ROPE_DTYPE_F32, 128, 0, 33554432ull)",
+            "ROPE_DTYPE_F32, 128, 0, 33554432ull, 0)",
             "ROPE_KERNEL(ropegen_half_cache_d128_f32__avx512, ROPE_ISA_AVX512, ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, "
-            "ROPE_DTYPE_F32, 128, 0, 0ull)"])
+            "ROPE_DTYPE_F32, 128, 0, 0ull, 0)"])
         self.assertIn(" vector_pairs=8 ", " " + self.params_line(script))
         large = next(line for line in script.splitlines()
                      if line.startswith("set(ROPEGEN_KERNEL_ropegen_half_cache_d128_f32_large__avx512_PARAMS "))
         self.assertIn(" vector_pairs=16 unroll_pairs=4 ", large)
         self.assertNotIn("large_calls", script)
+
+    def test_in_place_kernel_listed_after_the_large_one_and_before_its_sibling(self):
+        path = self.write_tuned()
+        doc = json.loads(path.read_text())
+        doc["kernels"][0]["params"]["large_calls"] = {"from_bytes": 33554432, "vector_pairs": 16}
+        doc["kernels"][0]["params"]["in_place_calls"] = {"unroll_pairs": 2}
+        path.write_text(json.dumps(doc))
+        result, script = self.run_script(MACHINE)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = [line for line in (self.root / "kernels.inc").read_text().splitlines()
+                 if line.startswith("ROPE_KERNEL(ropegen_half_cache_d128_f32")]
+        self.assertEqual([line.split(",")[0] for line in lines],
+                         ["ROPE_KERNEL(ropegen_half_cache_d128_f32_large__avx512",
+                          "ROPE_KERNEL(ropegen_half_cache_d128_f32_inplace__avx512",
+                          "ROPE_KERNEL(ropegen_half_cache_d128_f32__avx512"])
+        self.assertEqual([line.split(", ")[-2:] for line in lines],
+                         [["33554432ull", "0)"], ["0ull", "1)"], ["0ull", "0)"]])
+        in_place = next(line for line in script.splitlines()
+                        if line.startswith("set(ROPEGEN_KERNEL_ropegen_half_cache_d128_f32_inplace__avx512_PARAMS "))
+        self.assertIn(" vector_pairs=8 unroll_pairs=2 ", in_place)
+        self.assertNotIn("in_place_calls", script)
 
     def test_tuned_file_wins_over_a_fully_specific_default_entry(self):
         doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())
@@ -549,7 +603,7 @@ class DefaultFilesTest(unittest.TestCase):
             entries = rk.load_schedule_file(REPO / "schedules" / f"{family}.json", family)
             for values in itertools.product(*rk.MATCH_KEYS.values()):
                 key = dict(zip(rk.MATCH_KEYS, values))
-                rk.size_classes(key, rk.resolve(entries, key, tuned))
+                rk.call_classes(key, rk.resolve(entries, key, tuned))
 
 
 if __name__ == "__main__":

@@ -19,19 +19,20 @@
 
 namespace ropegen::test {
 
-/// The kernel name without its ISA suffix and size class: what kernels of one key share.
+/// The kernel name without its ISA suffix and call class: what kernels of one key share.
 inline std::string kernel_key(const KernelEntry &kernel) {
     const std::string name = kernel.name;
     const size_t end = name.rfind("__");
-    return name.substr(0, kernel.min_call_bytes != 0 ? name.rfind("_large", end) : end);
+    const char *class_suffix = kernel.min_call_bytes != 0 ? "_large" : kernel.in_place_calls ? "_inplace" : nullptr;
+    return name.substr(0, class_suffix != nullptr ? name.rfind(class_suffix, end) : end);
 }
 
 /// One kernel per key (style, source, dtype, head_dim) of this build, of the best ISA this CPU
-/// runs and the size class of every call; the any-head_dim kernels included.
+/// runs and of every call (no call class); the any-head_dim kernels included.
 inline std::vector<const KernelEntry *> one_kernel_per_key() {
     std::map<std::string, const KernelEntry *> best;
     for (const KernelEntry *kernel : all_kernels()) {
-        if (kernel->isa <= detected_isa() && kernel->min_call_bytes == 0) {
+        if (kernel->isa <= detected_isa() && kernel->min_call_bytes == 0 && !kernel->in_place_calls) {
             best.emplace(kernel_key(*kernel), kernel);  // the table lists the best ISA first
         }
     }

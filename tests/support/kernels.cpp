@@ -56,7 +56,7 @@ Runner kernel_runner(const KernelEntry &kernel) {
 const KernelEntry *first_matching_kernel(const rope_params &params, rope_isa max_isa) {
     for (const KernelEntry *k : all_kernels()) {
         if (k->isa <= max_isa && kernel_matches(*k, params) && pair_words_fit(*k, params) &&
-            size_class_fits(*k, params)) {
+            call_class_fits(*k, params)) {
             return k;
         }
     }

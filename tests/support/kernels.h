@@ -24,7 +24,8 @@ bool isa_from_name(const std::string &name, rope_isa *isa);
 Runner kernel_runner(const KernelEntry &kernel);
 /// The kernel the documented rule picks: the first table entry (best ISA first, fixed head_dim
 /// before the any-head_dim kernel) that serves `params`, as its outputs lie in memory
-/// (pair_words_fit) and as large as it is (size_class_fits), at or below `max_isa`; nullptr if none.
+/// (pair_words_fit), as large and as placed as it is (call_class_fits), at or below `max_isa`;
+/// nullptr if none.
 const KernelEntry *first_matching_kernel(const rope_params &params, rope_isa max_isa);
 /// Why no built kernel can serve `params` at the active ISA level (a build may leave dtypes,
 /// head_dims or ISAs out: ROPEGEN_DTYPES...), or empty when one can.

@@ -50,6 +50,10 @@ struct KernelEntry {
     /// CPU kernels: > 0 for a large-call kernel (schedules' large_calls), which serves calls moving
     /// at least this many bytes (call_bytes); the table lists it before its sibling of the same key.
     uint64_t min_call_bytes = 0;
+    /// CPU kernels: true for an in-place kernel (schedules' in_place_calls), which serves only calls
+    /// that rotate q and k where they lie (q_out = q, k_out = k); the table lists it before its
+    /// sibling of the same key (and after a large-call one).
+    bool in_place_calls = false;
 };
 
 /// Every CPU kernel the build emitted, best ISA first and, within an ISA, fixed head_dims first.
@@ -130,10 +134,18 @@ inline uint64_t call_bytes(const rope_params &params) {
 /// prefill, 80-160 MiB, gains from the second).
 constexpr uint64_t kSerialCallBytes = uint64_t{4} << 20;
 
-/// True when `kernel` serves calls of this size: a large-call kernel only those moving at least
-/// its min_call_bytes (its sibling serves the others).
-inline bool size_class_fits(const KernelEntry &kernel, const rope_params &params) {
-    return kernel.min_call_bytes == 0 || call_bytes(params) >= kernel.min_call_bytes;
+/// True when the call rotates q and k where they lie: q_out is q and, with k, k_out is k
+/// (validation allows an output to overlap its input only exactly).
+inline bool call_in_place(const rope_params &params) {
+    return params.q.data != nullptr && params.q_out.data == params.q.data &&
+           (params.k.data == nullptr || params.k_out.data == params.k.data);
+}
+
+/// True when `kernel` serves calls of this class: a large-call kernel only those moving at least
+/// its min_call_bytes, an in-place kernel only calls in place (its sibling serves the others).
+inline bool call_class_fits(const KernelEntry &kernel, const rope_params &params) {
+    return (kernel.min_call_bytes == 0 || call_bytes(params) >= kernel.min_call_bytes) &&
+           (!kernel.in_place_calls || call_in_place(params));
 }
 
 /// True when tensor `t` is absent (no k) or starts `alignment`-byte aligned with every stride it

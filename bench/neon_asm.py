@@ -165,9 +165,9 @@ def read_kernels(build):
 
 def kernel_entry(name, target, assembly):
     """A kernel of the list, its key read back from its name."""
-    match = re.match(r"ropegen_(half|interleaved)_(cache|compat|precise)_d(\d+|any)_(f32|f16|bf16)(?:_large)?__(\w+)$", name)
+    match = re.match(r"ropegen_(half|interleaved)_(cache|compat|precise)_d(\d+|any)_(f32|f16|bf16)(?:_large|_inplace)?__(\w+)$", name)
     if match is None:
-        raise SystemExit(f"{name}: not a ropegen kernel name (ropegen_<style>_<source>_d<head_dim>_<dtype>[_large]__<isa>)")
+        raise SystemExit(f"{name}: not a ropegen kernel name (ropegen_<style>_<source>_d<head_dim>_<dtype>[_large|_inplace]__<isa>)")
     style, source, head_dim, dtype, isa = match.groups()
     return {"name": name, "target": target, "assembly": assembly, "style": style, "source": source,
             "head_dim": head_dim, "dtype": dtype, "isa": isa}

@@ -150,10 +150,11 @@ def _check_params(where, params, complete, gpu):
         _check_keys(f"{where}.{call_class}", knobs, sizes, CALL_CLASS_KNOBS)
         if sizes:
             _check_int(f"{where}.{call_class}.from_bytes", knobs["from_bytes"], 1, MAX_FROM_BYTES)
-        if len(knobs) == len(sizes):
+        class_knobs = {k: v for k, v in knobs.items() if k not in sizes}
+        _check_params(f"{where}.{call_class}", class_knobs, False, gpu)
+        if not generator_params(_as_resolved(class_knobs)):  # empty layouts set nothing either
             raise ScheduleError(f"{where}.{call_class}: sets no knob, so its kernel would be its sibling's twin; "
                                 f"set some of {list(CALL_CLASS_KNOBS)}, or drop it")
-        _check_params(f"{where}.{call_class}", {k: v for k, v in knobs.items() if k not in sizes}, False, gpu)
     if "vector_pairs" in params:
         _check_int(f"{where}.vector_pairs", params["vector_pairs"], 1, 64, power_of_two=True)
     if "unroll_pairs" in params:

@@ -308,7 +308,7 @@ def large_call_stage(default, tuned, tuned_m, key, isa, measure, from_bytes, jud
         tuned_m, best_m = measure([tuned, best], REPS_CONFIRM, stage, from_bytes)
         if best_m is None or best_m.score(shapes=large) < LARGE_CALL_MIN_GAIN * tuned_m.score(shapes=large):
             return None
-    knobs = {knob: best[knob] for knob in rk.CALL_CLASS_KNOBS if best[knob] != tuned[knob]}
+    knobs = {knob: best[knob] for knob in rk.CORE_KNOBS if knob != "cos_sin_at" and best[knob] != tuned[knob]}
     return {"from_bytes": from_bytes, **knobs}, best_m, tuned_m
 
 

@@ -383,7 +383,8 @@ TEST(KernelChoice, EveryKeyPicksItsKernel) {
 }
 
 // A large-call kernel (schedules' large_calls) serves the calls of its key that move at least its
-// min_call_bytes, and its sibling the others: a call a token short of that size, and one at it.
+// min_call_bytes, and a kernel of the same key after it the others (the in-place one, where the key
+// has one, for these calls in place): a call a token short of that size, and one at it.
 TEST(KernelChoice, LargeCallKernelServesCallsFromItsSize) {
     int checked = 0;
     for (const KernelEntry *large : all_kernels()) {
@@ -412,8 +413,11 @@ TEST(KernelChoice, LargeCallKernelServesCallsFromItsSize) {
                 EXPECT_STREQ(call.report().kernel, large->name);
                 EXPECT_TRUE(call.check_outputs());
             } else {
-                EXPECT_EQ(first_matching_kernel(p, rope_active_isa()), large + 1);
-                EXPECT_STREQ(report.kernel, large[1].name);
+                const KernelEntry *below = first_matching_kernel(p, rope_active_isa());
+                ASSERT_NE(below, nullptr);
+                EXPECT_TRUE(below > large && below->isa == large->isa && kernel_key(*below) == kernel_key(*large))
+                    << below->name;
+                EXPECT_STREQ(report.kernel, below->name);
             }
         }
     }
@@ -444,14 +448,31 @@ TEST(KernelChoice, InPlaceKernelServesCallsInPlace) {
             EXPECT_STREQ(call.report().kernel, in_place_call ? in_place->name : sibling->name);
             EXPECT_TRUE(call.check_outputs());
         }
-        // q in place, k into its own output: not a call in place.
+        // A call without k: in place when q is.
+        for (const Memory memory : {Memory::InPlace, Memory::Separate}) {
+            CaseSpec c = kernel_case(*in_place, 96);
+            c.k_heads = 0;
+            c.memory = memory;
+            SCOPED_TRACE(std::string(in_place->name) + ": " + c.describe());
+            RopeCall call(c);
+            ASSERT_EQ(call.run(dispatch_runner()), ROPE_OK) << call.report().message;
+            EXPECT_STREQ(call.report().kernel, memory == Memory::InPlace ? in_place->name : sibling->name);
+            EXPECT_TRUE(call.check_outputs());
+        }
+        // Only one of q and k in place: not a call in place.
         CaseSpec c = kernel_case(*in_place, 96);
         RopeCall call(c);
-        rope_params p = call.params();
+        const rope_params separate = call.params();
+        for (const bool q_in_place : {true, false}) {
+            rope_params p = separate;
+            (q_in_place ? p.q_out : p.k_out) = q_in_place ? p.q : p.k;
+            rope_report report = rope_report_init();
+            ASSERT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
+            EXPECT_STREQ(report.kernel, sibling->name) << (q_in_place ? "q" : "k") << " in place";
+        }
+        rope_params p = separate;
         p.q_out = p.q;
-        EXPECT_EQ(first_matching_kernel(p, rope_active_isa()), sibling);
         p.k_out = p.k;
-        EXPECT_EQ(first_matching_kernel(p, rope_active_isa()), in_place);
         rope_report report = rope_report_init();
         ASSERT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
         EXPECT_STREQ(report.kernel, in_place->name);

@@ -74,4 +74,16 @@ assert info["kernels"]["cpu"] == sum("isa" in k for k in info["kernels"]["list"]
 assert info["cpu"]["best_isa"] in info["kernels"]["isa_levels"], info["cpu"]
 assert all(s["default_file"].startswith("schedules/") for s in info["schedules"]), info["schedules"]
 print("ropegen-info: cpu", info["cpu"]["best_isa"], "| decode bf16 ->", call["kernel"])'
+for in_place in 0 1; do
+    "$prefix/bin/ropegen-info" --json --call "style=interleaved,dtype=f32,in_place=$in_place" | IN_PLACE=$in_place python3 -c '
+import json, os, sys
+call = json.load(sys.stdin)["call"]
+in_place = os.environ["IN_PLACE"] == "1"
+assert call["status"].startswith("ROPE_OK") and call["shape"]["in_place"] == str(int(in_place)), call
+# An in-place kernel serves exactly the calls in place: never chosen out of place, never passed over in place.
+assert in_place or "_inplace__" not in call["kernel"], call["kernel"]
+passed_over = [c["kernel"] for c in call["candidates"] if c["why"].startswith("passed over: for calls in place")]
+assert not (in_place and passed_over), passed_over
+print("ropegen-info: decode f32 interleaved, in_place=%d ->" % in_place, call["kernel"])'
+done
 echo "all consumers ran"

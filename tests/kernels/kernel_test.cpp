@@ -587,9 +587,7 @@ TEST(KernelTable, NamesSpellTheirKeys) {
         const std::string head = k->head_dim == 0 ? "any" : std::to_string(k->head_dim);
         const std::string expected = std::string("ropegen_") + reference::style_name(k->style) + "_" +
                                      reference::source_name(k->source) + "_d" + head + "_" +
-                                     reference::dtype_name(k->dtype) +
-                                     (k->min_call_bytes ? "_large" : k->in_place_calls ? "_inplace" : "") + "__" +
-                                     isa_name(k->isa);
+                                     reference::dtype_name(k->dtype) + call_class_suffix(*k) + "__" + isa_name(k->isa);
         EXPECT_EQ(k->name, expected);
         EXPECT_FALSE(k->min_call_bytes != 0 && k->in_place_calls) << k->name << " has two call classes";
         EXPECT_TRUE(names.insert(k->name).second) << "duplicate kernel " << k->name;

@@ -168,8 +168,12 @@ class TunedFileTest(unittest.TestCase):
         doc = tuned_doc()
         doc["kernels"][0]["params"]["in_place_calls"] = {"from_bytes": 1 << 25, "vector_pairs": 16}
         self.assert_rejected(self.write(doc), "kernels[0].params.in_place_calls: unknown key(s) ['from_bytes']")
-        doc["kernels"][0]["params"]["in_place_calls"] = {}
-        self.assert_rejected(self.write(doc), "kernels[0].params.in_place_calls: sets no knob")
+        for nothing in ({}, {"layouts": {}}, {"layouts": {"bhsd": {}}}):
+            doc["kernels"][0]["params"]["in_place_calls"] = nothing
+            self.assert_rejected(self.write(doc), "kernels[0].params.in_place_calls: sets no knob")
+        doc["kernels"][0]["params"]["large_calls"] = {"from_bytes": 1 << 25, "layouts": {}}
+        self.assert_rejected(self.write(doc), "kernels[0].params.large_calls: sets no knob")
+        del doc["kernels"][0]["params"]["large_calls"]
         doc["kernels"][0]["params"]["in_place_calls"] = {"interleaved_rotation": "shuffle"}
         self.assert_rejected(self.write(doc), "kernels[0].params.in_place_calls.interleaved_rotation: \"shuffle\" must be")
         doc["kernels"][0]["params"]["in_place_calls"] = {"layouts": {"bhsd": {"head_loop": "sideways"}}}

@@ -19,20 +19,12 @@
 
 namespace ropegen::test {
 
-/// The kernel name without its ISA suffix and call class: what kernels of one key share.
-inline std::string kernel_key(const KernelEntry &kernel) {
-    const std::string name = kernel.name;
-    const size_t end = name.rfind("__");
-    const char *class_suffix = kernel.min_call_bytes != 0 ? "_large" : kernel.in_place_calls ? "_inplace" : nullptr;
-    return name.substr(0, class_suffix != nullptr ? name.rfind(class_suffix, end) : end);
-}
-
 /// One kernel per key (style, source, dtype, head_dim) of this build, of the best ISA this CPU
 /// runs and of every call (no call class); the any-head_dim kernels included.
 inline std::vector<const KernelEntry *> one_kernel_per_key() {
     std::map<std::string, const KernelEntry *> best;
     for (const KernelEntry *kernel : all_kernels()) {
-        if (kernel->isa <= detected_isa() && kernel->min_call_bytes == 0 && !kernel->in_place_calls) {
+        if (kernel->isa <= detected_isa() && *call_class_suffix(*kernel) == '\0') {
             best.emplace(kernel_key(*kernel), kernel);  // the table lists the best ISA first
         }
     }

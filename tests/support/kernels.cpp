@@ -90,6 +90,16 @@ std::string unsupported_reason(const KernelEntry &kernel) {
            isa_name(detected_isa());
 }
 
+const char *call_class_suffix(const KernelEntry &kernel) {
+    return kernel.min_call_bytes != 0 ? "_large" : kernel.in_place_calls ? "_inplace" : "";
+}
+
+std::string kernel_key(const KernelEntry &kernel) {
+    const std::string name = kernel.name;
+    const std::string suffix = call_class_suffix(kernel);
+    return name.substr(0, name.rfind("__") - suffix.size());
+}
+
 CaseSpec kernel_case(const KernelEntry &kernel, int64_t any_head_dim) {
     CaseSpec c;
     c.style = kernel.style;

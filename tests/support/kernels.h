@@ -38,6 +38,11 @@ std::string missing_kernel_reason(rope_style style, rope_source source, rope_dty
         !ropegen_reason_.empty())                                                                  \
     GTEST_SKIP() << ropegen_reason_
 
+/// The name suffix of `kernel`'s call class ("_large", "_inplace"), or "" for a kernel of every call.
+const char *call_class_suffix(const KernelEntry &kernel);
+/// The kernel name without its ISA suffix and call class: what kernels of one key share.
+std::string kernel_key(const KernelEntry &kernel);
+
 /// Why `kernel` cannot run here, or empty when it can.
 std::string unsupported_reason(const KernelEntry &kernel);
 

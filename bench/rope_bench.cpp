@@ -526,12 +526,16 @@ void bm_scalar(benchmark::State &state, const Case &c, bool in_place) {
     set_paired_ratios(state, [&] { scalar_qk(args, tokens, c.threads); }, {memcpy_baseline(*ws, c.threads)});
 }
 
-// rope_dispatch on the case's buffers, out of place or in place. In place, every call rotates q
+// How a row calls the library: rope_dispatch at every call, or a plan (rope_plan_create once,
+// rope_plan_run at every call), as an engine that rotates the same buffers at every step may.
+enum class Entry { Dispatch, Plan };
+
+// The case's call on its buffers, out of place or in place. In place, every call rotates q
 // and k again: rotations keep the values finite, so the speed is unaffected, and the in-place
 // rows (with scalar_inplace's) run after the other rows of their workspace (register_all).
 // The cache source's rows are paired with the scalar loop (in place with the in-place loop),
-// which reads the same cache.
-void bm_rope(benchmark::State &state, const Case &c, bool in_place) {
+// which reads the same cache; a plan's rows with rope_dispatch of the same call.
+void bm_rope(benchmark::State &state, const Case &c, bool in_place, Entry entry = Entry::Dispatch) {
     Workspace *ws = workspace_for(c);
     if (ws == nullptr) {
         state.SkipWithError("cannot allocate the buffers");
@@ -561,19 +565,32 @@ void bm_rope(benchmark::State &state, const Case &c, bool in_place) {
             baselines.push_back({counter, [partner] { rope_dispatch(&partner, nullptr); }});
         }
     };
-    if (!in_place && c.style->style != ROPE_STYLE_HALF) {
+    // (A plan's row is paired with rope_dispatch instead.)
+    if (entry == Entry::Dispatch && !in_place && c.style->style != ROPE_STYLE_HALF) {
         add_partner("half_ratio", &kStyles[0], c.source);
     }
-    if (!in_place && c.source->source != ROPE_SOURCE_CACHE) {
+    if (entry == Entry::Dispatch && !in_place && c.source->source != ROPE_SOURCE_CACHE) {
         add_partner("cache_ratio", c.style, &kSources[0]);
     }
-    if (const rope_status status = rope_dispatch(&params, &report); status != ROPE_OK) {
-        state.SkipWithError(failure("rope_dispatch", status, report).c_str());
+    rope_plan *plan = nullptr;
+    if (entry == Entry::Plan) {
+        if (const rope_status status = rope_plan_create(&params, &plan, &report); status != ROPE_OK) {
+            state.SkipWithError(failure("rope_plan_create", status, report).c_str());
+            return;
+        }
+        baselines.push_back({"dispatch_ratio", [&params] { rope_dispatch(&params, nullptr); }});
+    }
+    const std::unique_ptr<rope_plan, void (*)(rope_plan *)> plan_owner(plan, rope_plan_destroy);
+    auto call = [&params, plan](rope_report *call_report) {
+        return plan != nullptr ? rope_plan_run(plan, call_report) : rope_dispatch(&params, call_report);
+    };
+    if (const rope_status status = call(&report); status != ROPE_OK) {
+        state.SkipWithError(failure(plan != nullptr ? "rope_plan_run" : "rope_dispatch", status, report).c_str());
         return;
     }
     for (auto _ : state) {
-        if (rope_dispatch(&params, nullptr) != ROPE_OK) {
-            state.SkipWithError("rope_dispatch failed inside the timed loop");
+        if (call(nullptr) != ROPE_OK) {
+            state.SkipWithError("the call failed inside the timed loop");
             break;
         }
     }
@@ -582,7 +599,7 @@ void bm_rope(benchmark::State &state, const Case &c, bool in_place) {
     }
     set_counters(state, *ws, c.threads);
     // The same call as the timed loop's, which succeeded on every iteration.
-    set_paired_ratios(state, [&params] { rope_dispatch(&params, nullptr); }, baselines);
+    set_paired_ratios(state, [&call] { call(nullptr); }, baselines);
 }
 
 // The fixed cost of one call: validation and kernel choice (query), plus running a kernel on
@@ -726,6 +743,9 @@ void register_all() {
                                       [](benchmark::State &state, const Case &c) { bm_rope(state, c, true); });
                         register_case("scalar_inplace", {&shape, &dtype, &style, nullptr, threads},
                                       [](benchmark::State &state, const Case &c) { bm_scalar(state, c, true); });
+                        register_case("rope_plan", {&shape, &dtype, &style, &kSources[0], threads}, [](benchmark::State &state, const Case &c) {
+                            bm_rope(state, c, false, Entry::Plan);
+                        });
                     }
                 }
             }

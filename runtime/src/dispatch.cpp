@@ -8,6 +8,8 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <memory>
+#include <new>
 #include <string>
 #include <system_error>
 
@@ -212,15 +214,19 @@ rope_status finish(rope_report *report, rope_status status, std::string_view mes
     return status;
 }
 
-rope_status begin(const rope_params *params, rope_report *report, ValidCall *call) {
-    ensure_initialized();
+void clear_report(rope_report *report) {
     if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
         report->status = ROPE_OK;
         report->message[0] = '\0';
         report->kernel[0] = '\0';
     }
+}
+
+rope_status begin(const rope_params *params, rope_report *report, ValidCall *call, PositionRule *position_rule = nullptr) {
+    ensure_initialized();
+    clear_report(report);
     std::string message;
-    const rope_status status = validate(params, call, &message);
+    const rope_status status = validate(params, call, &message, position_rule);
     return finish(report, status, message);
 }
 
@@ -657,25 +663,56 @@ void use_cached_inv_freq(const KernelEntry &kernel, ValidCall &call) {
     }
 }
 
-// Runs `kernel` on a validated call: dense, or varlen. A decode step is folded in place (`call`
-// is the caller's copy, which it does not read again), not in a copy of the whole call; so are
-// cached frequencies put in.
-rope_status run_call(const KernelEntry &kernel, ValidCall &call, const CudaTarget &cuda, rope_report *report) {
+// A validated call made ready for its kernel (prepare_call), in place: its frequencies taken
+// from the cache and, for a decode step, its batch folded. Not copyable: a folded scalar offset
+// points at scalar_position.
+struct ReadyCall {
+    explicit ReadyCall(ValidCall *call) : call(call) {
+    }
+    ReadyCall(const ReadyCall &) = delete;
+    ReadyCall &operator=(const ReadyCall &) = delete;
+
+    ValidCall *call;
+    bool nothing_to_rotate = false;
+    bool decode_parts = false;  // run as run_decode_parts' parts
+    int threads = 1;            // call_threads
+    int64_t scalar_position = 0;
+};
+
+void prepare_call(const KernelEntry &kernel, ReadyCall *ready) {
+    ValidCall &call = *ready->call;
     const rope_params &p = call.params;
     if (p.q.sizes[0] == 0 || p.q.sizes[1] == 0 || (p.q.sizes[2] == 0 && (!call.has_k || p.k.sizes[2] == 0))) {
-        return finish(report, ROPE_OK, "");  // nothing to rotate: no scratch, no kernel, whatever the sizes
+        ready->nothing_to_rotate = true;  // no scratch, no kernel, whatever the sizes
+        return;
     }
     use_cached_inv_freq(kernel, call);
-    if (p.varlen.cu_seqlens != nullptr) {
+    ready->threads = call_threads(call);
+    ready->decode_parts = foldable_decode_step(p) && fold_decode_batch(&call, ready->threads, &ready->scalar_position) && p.q.sizes[0] > 1;
+}
+
+// Runs `kernel` on a call prepare_call made ready: dense, varlen, or a decode step in parts.
+rope_status run_ready(const KernelEntry &kernel, const ReadyCall &ready, const CudaTarget &cuda, rope_report *report) {
+    const ValidCall &call = *ready.call;
+    if (ready.nothing_to_rotate) {
+        return finish(report, ROPE_OK, "");
+    }
+    if (call.params.varlen.cu_seqlens != nullptr) {
         return run_varlen(kernel, call, cuda, report);
     }
-    const int threads = call_threads(call);
-    int64_t scalar_position = 0;
-    if (foldable_decode_step(p) && fold_decode_batch(&call, threads, &scalar_position) && p.q.sizes[0] > 1) {
-        return run_decode_parts(kernel, call, threads, report);
+    if (ready.decode_parts) {
+        return run_decode_parts(kernel, call, ready.threads, report);
     }
-    CallContext context(report, threads);
+    CallContext context(report, ready.threads);
     return run(kernel, call, cuda, report, context);
+}
+
+// Runs `kernel` on a validated call, made ready in place (`call` is the caller's copy, which it
+// does not read again), not in a copy of the whole call.
+rope_status run_call(const KernelEntry &kernel, ValidCall &call, const CudaTarget &cuda, rope_report *report) {
+    ReadyCall ready(&call);
+    prepare_call(kernel, &ready);
+    return run_ready(kernel, ready, cuda, report);
 }
 
 // Where the call runs: the capped CPU level, or the CUDA device of the call's context and stream.
@@ -767,6 +804,86 @@ rope_status run_one_kernel(const KernelEntry &kernel, const rope_params *params,
 }
 
 }  // namespace
+}  // namespace ropegen
+
+// A call validated and resolved once (rope_plan_create), to run many times (rope_plan_run). A
+// run writes nothing here: several threads may run one plan.
+struct rope_plan {
+    ropegen::ValidCall validated;  // as validated: its positions are checked against `positions` at every run
+    ropegen::PositionRule positions;
+    bool validate_every_run = false;  // validation reads more than positions (validation_reads_positions_only)
+    const ropegen::KernelEntry *kernel = nullptr;
+    ropegen::ValidCall ready_call;  // `validated` made ready for `kernel`, unless validate_every_run
+    ropegen::ReadyCall ready{&ready_call};
+};
+
+namespace ropegen {
+namespace {
+
+rope_status create_plan(const rope_params *params, rope_plan **out, rope_report *report) {
+    if (out == nullptr) {
+        clear_report(report);
+        return finish(report, ROPE_ERR_NULL_POINTER, "plan is NULL; rope_plan_create writes the new plan there");
+    }
+    *out = nullptr;
+    std::unique_ptr<rope_plan> plan(new (std::nothrow) rope_plan);
+    if (plan == nullptr) {
+        clear_report(report);
+        return finish(report, ROPE_ERR_INTERNAL,
+                      "out of memory: could not allocate a rope_plan (" + std::to_string(sizeof(rope_plan)) + " bytes)");
+    }
+    rope_status status = begin(params, report, &plan->validated, &plan->positions);
+    if (status != ROPE_OK) {
+        return status;
+    }
+    Target target;
+    CudaTarget cuda;
+    if (status = resolve_target(plan->validated, &target, &cuda, report); status != ROPE_OK) {
+        return status;
+    }
+    plan->kernel = select_kernel(plan->validated, target);
+    if (plan->kernel == nullptr) {
+        return finish(report, ROPE_ERR_UNSUPPORTED, no_kernel_message(target));
+    }
+    set_report_kernel(report, plan->kernel->name);
+    plan->validate_every_run = !validation_reads_positions_only(plan->validated.params);
+    if (!plan->validate_every_run) {
+        plan->ready_call = plan->validated;
+        prepare_call(*plan->kernel, &plan->ready);
+    }
+    *out = plan.release();
+    return finish(report, ROPE_OK, "");
+}
+
+rope_status run_plan(const rope_plan *plan, rope_report *report) {
+    if (plan == nullptr) {
+        clear_report(report);
+        return finish(report, ROPE_ERR_NULL_POINTER, "plan is NULL");
+    }
+    if (plan->validate_every_run) {
+        ValidCall call;
+        rope_status status = begin(&plan->validated.params, report, &call);
+        if (status != ROPE_OK) {
+            return status;
+        }
+        Target target;
+        CudaTarget cuda;
+        if (status = resolve_target(call, &target, &cuda, report); status != ROPE_OK) {
+            return status;
+        }
+        set_report_kernel(report, plan->kernel->name);
+        return run_call(*plan->kernel, call, cuda, report);
+    }
+    clear_report(report);
+    std::string message;
+    if (const rope_status status = validate_positions(plan->validated, plan->positions, &message); status != ROPE_OK) {
+        return finish(report, status, message);
+    }
+    set_report_kernel(report, plan->kernel->name);
+    return run_ready(*plan->kernel, plan->ready, CudaTarget{}, report);
+}
+
+}  // namespace
 
 rope_status dispatch(const rope_params *params, rope_report *report, bool execute) {
     return without_exceptions(report, [&] { return dispatch_call(params, report, execute); });
@@ -784,6 +901,18 @@ extern "C" rope_status rope_dispatch(const rope_params *params, rope_report *rep
 
 extern "C" rope_status rope_query(const rope_params *params, rope_report *report) {
     return ropegen::dispatch(params, report, false);
+}
+
+extern "C" rope_status rope_plan_create(const rope_params *params, rope_plan **plan, rope_report *report) {
+    return ropegen::without_exceptions(report, [&] { return ropegen::create_plan(params, plan, report); });
+}
+
+extern "C" rope_status rope_plan_run(const rope_plan *plan, rope_report *report) {
+    return ropegen::without_exceptions(report, [&] { return ropegen::run_plan(plan, report); });
+}
+
+extern "C" void rope_plan_destroy(rope_plan *plan) {
+    delete plan;
 }
 
 extern "C" const char *rope_status_string(rope_status status) {

@@ -609,6 +609,20 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
     }
 }
 
+// The positions of a call (its table or offsets, and mrope's height and width streams, validated
+// as sound before: a table of the CPU) against `limit`.
+void check_call_positions(Failure &f, const rope_params &p, int64_t limit, const char *limit_rule) {
+    check_positions(f, p.positions, p.q.sizes[0], p.q.sizes[1], limit, limit_rule, p.device == ROPE_DEVICE_CPU,
+                    "positions.data", p.varlen.cu_seqlens != nullptr ? &p.varlen : nullptr);
+    for (int stream = 1; uses_mrope(p) && stream < 3 && !f.failed() && p.positions.data != nullptr; stream++) {
+        rope_positions streamed = p.positions;
+        const size_t element = p.positions.index_type == ROPE_INDEX_INT64 ? 8 : 4;
+        streamed.data = static_cast<const uint8_t *>(p.positions.data) + stream * p.mrope.stream_stride * element;
+        check_positions(f, streamed, p.q.sizes[0], p.q.sizes[1], limit, limit_rule, true,
+                        stream == 1 ? "positions.data (mrope stream 1)" : "positions.data (mrope stream 2)");
+    }
+}
+
 // The first table the call reads besides its tensors that an output shares a byte with:
 // positions (mrope's three streams), the cos/sin cache, cu_seqlens, the scaling's per-pair tables.
 // Only present tables are measured (their sizes were checked not to overflow).
@@ -663,6 +677,17 @@ TableOverlap output_over_a_read_table(const ValidCall &call, const ByteRange (&r
 
 }  // namespace
 
+bool validation_reads_positions_only(const rope_params &p) {
+    return p.device == ROPE_DEVICE_CPU && p.varlen.cu_seqlens == nullptr && !uses_mrope(p) &&
+           p.scaling.type != ROPE_SCALING_LONGROPE && p.scaling.type != ROPE_SCALING_INV_FREQ;
+}
+
+rope_status validate_positions(const ValidCall &call, const PositionRule &rule, std::string *message) {
+    Failure f(message);
+    check_call_positions(f, call.params, rule.limit, rule.text.c_str());
+    return f.finish();
+}
+
 int64_t sequence_start(const rope_varlen &varlen, int64_t b) {
     return varlen.index_type == ROPE_INDEX_INT64 ? static_cast<const int64_t *>(varlen.cu_seqlens)[b]
                                                  : static_cast<const int32_t *>(varlen.cu_seqlens)[b];
@@ -700,7 +725,7 @@ SlicedAxes axes_beyond_int32_strides(const ValidCall &call) {
     return sliced;
 }
 
-rope_status validate(const rope_params *user, ValidCall *call, std::string *message) {
+rope_status validate(const rope_params *user, ValidCall *call, std::string *message, PositionRule *position_rule) {
     Failure f(message);
     if (user == nullptr) {
         f.fail(ROPE_ERR_NULL_POINTER) << "params is NULL";
@@ -927,18 +952,12 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
     if (f.failed()) {
         return f.finish();
     }
-    check_positions(f, p.positions, p.q.sizes[0], p.q.sizes[1], limit, limit_rule, !on_device, "positions.data",
-                    p.varlen.cu_seqlens != nullptr ? &p.varlen : nullptr);
-    // mrope's height and width streams (validated as sound above: a table of the CPU).
-    for (int stream = 1; uses_mrope(p) && stream < 3 && !f.failed() && p.positions.data != nullptr; stream++) {
-        rope_positions streamed = p.positions;
-        const size_t element = p.positions.index_type == ROPE_INDEX_INT64 ? 8 : 4;
-        streamed.data = static_cast<const uint8_t *>(p.positions.data) + stream * p.mrope.stream_stride * element;
-        check_positions(f, streamed, p.q.sizes[0], p.q.sizes[1], limit, limit_rule, true,
-                        stream == 1 ? "positions.data (mrope stream 1)" : "positions.data (mrope stream 2)");
-    }
+    check_call_positions(f, p, limit, limit_rule);
     if (f.failed()) {
         return f.finish();
+    }
+    if (position_rule != nullptr) {
+        *position_rule = PositionRule{limit, limit_rule};
     }
 
     // Aliasing (spec §4): an output writes each element once, is its input exactly (in place)

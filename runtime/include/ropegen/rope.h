@@ -383,6 +383,41 @@ rope_status rope_build_cos_sin_cache(const rope_cache_spec *spec, rope_report *r
  */
 rope_status rope_query(const rope_params *params, rope_report *report);
 
+/**
+ * A call validated and resolved once, to run many times: an engine that rotates the same buffers
+ * at every step (a decode step's q and k, layer after layer) skips, at each run, what
+ * rope_dispatch() redoes at every call: validating the struct, choosing the kernel, splitting
+ * the call over threads. Opaque; rope_plan_create() makes one, rope_plan_destroy() frees it.
+ */
+typedef struct rope_plan rope_plan;
+
+/**
+ * Validates `params` exactly like rope_dispatch() and, if the call is valid, creates a plan of it
+ * in *plan; runs nothing and touches no output. The plan copies the struct: the pointers, sizes,
+ * strides and scalars, not the memory they point to. That memory must stay allocated where it is
+ * for as long as the plan runs; its contents may change between runs. The kernel (report->kernel
+ * names it) and the split over threads are fixed here: a later rope_set_max_isa(),
+ * rope_set_num_threads() or rope_set_parallel_runner() does not change them (the runner that
+ * is set is still the one a run's parallel loops use).
+ * @return what rope_query() returns for the call; ROPE_ERR_NULL_POINTER when plan is NULL;
+ *         ROPE_ERR_INTERNAL when the plan cannot be allocated. On failure *plan is NULL.
+ */
+rope_status rope_plan_create(const rope_params *params, rope_plan **plan, rope_report *report);
+
+/**
+ * Runs a plan: what rope_dispatch() of its call does, with the plan's kernel. Positions are read
+ * and checked again at every run, before any output is written (a position out of range:
+ * ROPE_ERR_POSITION_OUT_OF_RANGE, outputs untouched). A call whose validation reads other tables
+ * of its memory (varlen cu_seqlens, mrope streams, LONGROPE or INV_FREQ scaling tables) and a
+ * CUDA call are validated whole at every run. A run does not write the plan: several threads may
+ * run one plan at once (they then write the same outputs).
+ * @return as rope_dispatch(); ROPE_ERR_NULL_POINTER when plan is NULL.
+ */
+rope_status rope_plan_run(const rope_plan *plan, rope_report *report);
+
+/** Frees a plan of rope_plan_create() (NULL: nothing). */
+void rope_plan_destroy(rope_plan *plan);
+
 /** A static, human-readable name of `status` ("ROPE_ERR_BAD_ROTARY: ..."); never NULL. */
 const char *rope_status_string(rope_status status);
 

@@ -57,8 +57,26 @@ struct SlicedAxes {
 };
 SlicedAxes axes_beyond_int32_strides(const ValidCall &call);
 
+/// The bound a call's positions are held to (the cache's length, 2^31, or a computed source's
+/// angle limit) and the rule's text for a message.
+struct PositionRule {
+    int64_t limit = 0;
+    std::string text;
+};
+
 /// Checks `params` against every rule; on failure returns the status and fills `message` with
-/// the argument, its value and the rule.
-rope_status validate(const rope_params *params, ValidCall *call, std::string *message);
+/// the argument, its value and the rule. A valid call's position bound goes to `position_rule`
+/// when given.
+rope_status validate(const rope_params *params, ValidCall *call, std::string *message,
+                     PositionRule *position_rule = nullptr);
+
+/// True when validation reads no memory of the call but its positions (a CPU call without varlen
+/// cu_seqlens, mrope streams or a scaling's per-pair tables): a valid call stays valid, whatever
+/// its memory holds, while its positions keep to the bound validation gave.
+bool validation_reads_positions_only(const rope_params &params);
+
+/// Checks the positions of a call that passed validation (and gave `rule`) again: their values
+/// may have changed since.
+rope_status validate_positions(const ValidCall &call, const PositionRule &rule, std::string *message);
 
 }  // namespace ropegen

@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: Apache-2.0
+// rope_plan_create / rope_plan_run / rope_plan_destroy: a plan runs what rope_dispatch() runs,
+// refuses what it refuses, checks positions again at every run, and keeps the kernel it chose.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "support/kernels.h"
+#include "support/rope_case.h"
+
+namespace ropegen::test {
+namespace {
+
+using PlanPtr = std::unique_ptr<rope_plan, void (*)(rope_plan *)>;
+
+PlanPtr make_plan(const rope_params *params, rope_report *report, rope_status *status) {
+    rope_plan *plan = nullptr;
+    *status = rope_plan_create(params, &plan, report);
+    return PlanPtr(plan, rope_plan_destroy);
+}
+
+// A plan of the call, run once: the runner expect_correct judges.
+Runner plan_runner() {
+    return [](const rope_params *params, rope_report *report) {
+        rope_status status = ROPE_OK;
+        const PlanPtr plan = make_plan(params, report, &status);
+        return status != ROPE_OK ? status : rope_plan_run(plan.get(), report);
+    };
+}
+
+// The kernel rope_dispatch would run: what a plan's report must name.
+std::string queried_kernel(const CaseSpec &spec) {
+    RopeCall call(spec);
+    const rope_params params = call.params();
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_query(&params, &report), ROPE_OK) << report.message;
+    return report.kernel;
+}
+
+CaseSpec decode_step(int64_t batch) {
+    CaseSpec c;
+    c.batch = batch;
+    c.seq = 1;
+    c.q_heads = 4;
+    c.k_heads = 2;
+    c.head_dim = 64;
+    c.positions.mode = PositionMode::BatchOffsets;
+    for (int64_t b = 0; b < batch; b++) {
+        c.positions.values.push_back(3 + 5 * b);
+    }
+    return c;
+}
+
+// Every way a call runs: the decode fold (in parts on several threads), a prefill, in place, packed QKV, the interleaved style,
+// computed sources, scaling with and without tables, position tables, a scalar offset, varlen
+// through positions, q without k; each correct, untouched outside its outputs, by the kernel
+// rope_query names.
+TEST(Plan, RunsWhatDispatchRuns) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 64);
+    std::vector<CaseSpec> cases;
+    cases.push_back(decode_step(8));
+    cases.push_back(decode_step(1));
+    for (int32_t threads : {2, 4}) {  // the decode step in parts, one per thread
+        CaseSpec parts = decode_step(8);
+        parts.num_threads = threads;
+        cases.push_back(parts);
+    }
+    CaseSpec prefill;
+    prefill.seq = 7;
+    prefill.positions = random_table(prefill, 0, 50, ROPE_INDEX_INT64, 5);
+    cases.push_back(prefill);
+    CaseSpec in_place = decode_step(6);
+    in_place.memory = Memory::InPlace;
+    cases.push_back(in_place);
+    CaseSpec packed = decode_step(4);
+    packed.memory = Memory::PackedQkv;
+    cases.push_back(packed);
+    CaseSpec interleaved = decode_step(8);
+    interleaved.style = ROPE_STYLE_INTERLEAVED;
+    interleaved.direction = ROPE_INVERSE;
+    cases.push_back(interleaved);
+    CaseSpec compat = decode_step(8);
+    compat.source = ROPE_SOURCE_COMPAT;
+    cases.push_back(compat);
+    CaseSpec yarn = compat;
+    yarn.scaling.type = ROPE_SCALING_YARN;
+    yarn.scaling.factor = 4;
+    yarn.scaling.original_max = 64;
+    cases.push_back(yarn);
+    CaseSpec inv_freq = compat;  // validated whole at every run: its table is read by validation
+    inv_freq.scaling.type = ROPE_SCALING_INV_FREQ;
+    for (int i = 0; i < 32; i++) {
+        inv_freq.scaling.inv_freq.push_back(std::pow(0.7f, static_cast<float>(i)));
+    }
+    cases.push_back(inv_freq);
+    CaseSpec scalar_offset;
+    scalar_offset.positions.scalar_offset = 9;
+    scalar_offset.k_heads = 0;
+    cases.push_back(scalar_offset);
+    CaseSpec mrope = prefill;  // validated whole at every run
+    mrope.source = ROPE_SOURCE_COMPAT;
+    mrope.mrope_sections = {16, 8, 8};
+    mrope.positions = random_table(mrope, 0, 40, ROPE_INDEX_INT32, 6);
+    for (int stream = 1; stream < 3; stream++) {
+        const std::vector<int64_t> first(mrope.positions.values.begin(), mrope.positions.values.begin() + 14);
+        mrope.positions.values.insert(mrope.positions.values.end(), first.begin(), first.end());
+    }
+    cases.push_back(mrope);
+    for (const CaseSpec &c : cases) {
+        SCOPED_TRACE(c.describe());
+        expect_correct(c, plan_runner(), queried_kernel(c).c_str());
+    }
+}
+
+// Buffers of a decode step the test owns, to change what the plan's memory holds between runs.
+struct DecodeBuffers {
+    static constexpr int64_t kBatch = 8, kHeads = 4, kHeadDim = 64, kPairs = kHeadDim / 2, kCacheLen = 100;
+    std::vector<float> q = std::vector<float>(kBatch * kHeads * kHeadDim), q_out = std::vector<float>(q.size(), -7.0f);
+    std::vector<float> cos = std::vector<float>(kCacheLen * kPairs), sin = std::vector<float>(cos.size());
+    std::vector<int32_t> positions = std::vector<int32_t>(kBatch);
+
+    DecodeBuffers() {
+        for (size_t i = 0; i < q.size(); i++) {
+            q[i] = static_cast<float>(i % 97) / 50.0f - 0.9f;
+        }
+        for (int64_t m = 0; m < kCacheLen; m++) {
+            for (int64_t i = 0; i < kPairs; i++) {
+                const double angle = static_cast<double>(m) * std::pow(10000.0, -2.0 * static_cast<double>(i) / kHeadDim);
+                cos[m * kPairs + i] = static_cast<float>(std::cos(angle));
+                sin[m * kPairs + i] = static_cast<float>(std::sin(angle));
+            }
+        }
+        for (int64_t b = 0; b < kBatch; b++) {
+            positions[b] = static_cast<int32_t>(10 + 7 * b);
+        }
+    }
+    rope_params params() {
+        rope_params p = rope_params_init();
+        for (auto [tensor, data] : {std::pair{&p.q, q.data()}, std::pair{&p.q_out, q_out.data()}}) {
+            tensor->data = data;
+            const int64_t sizes[4] = {kBatch, 1, kHeads, kHeadDim}, strides[4] = {kHeads * kHeadDim, kHeads * kHeadDim, kHeadDim, 1};
+            std::copy(sizes, sizes + 4, tensor->sizes);
+            std::copy(strides, strides + 4, tensor->strides);
+        }
+        p.positions.kind = ROPE_POSITIONS_TABLE;
+        p.positions.data = positions.data();
+        p.positions.strides[0] = 1;
+        p.positions.strides[1] = 1;
+        p.angles.cos_cache = cos.data();
+        p.angles.sin_cache = sin.data();
+        p.angles.cache_len = kCacheLen;
+        return p;
+    }
+};
+
+// The plan holds pointers, not contents: runs after q and the positions changed give what
+// rope_dispatch gives for the call then, bit for bit.
+TEST(Plan, ReadsTheContentsAtEveryRun) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 64);
+    DecodeBuffers buffers;
+    const rope_params params = buffers.params();
+    rope_report report = rope_report_init();
+    rope_status status = ROPE_OK;
+    const PlanPtr plan = make_plan(&params, &report, &status);
+    ASSERT_EQ(status, ROPE_OK) << report.message;
+    for (int step = 0; step < 3; step++) {
+        SCOPED_TRACE(step);
+        for (size_t b = 0; b < buffers.positions.size(); b++) {
+            buffers.positions[b] = static_cast<int32_t>((buffers.positions[b] + 13 * step + 1) % DecodeBuffers::kCacheLen);
+        }
+        buffers.q[static_cast<size_t>(step)] += 0.25f;
+        ASSERT_EQ(rope_plan_run(plan.get(), &report), ROPE_OK) << report.message;
+        const std::vector<float> planned = buffers.q_out;
+        std::fill(buffers.q_out.begin(), buffers.q_out.end(), -7.0f);
+        ASSERT_EQ(rope_dispatch(&params, nullptr), ROPE_OK);
+        EXPECT_EQ(std::memcmp(planned.data(), buffers.q_out.data(), planned.size() * sizeof(float)), 0);
+        EXPECT_NE(planned[0], -7.0f);
+    }
+}
+
+// A position that left the cache since the plan was made is refused at the run, as rope_dispatch
+// refuses it (same status and message), with the outputs untouched.
+TEST(Plan, ChecksPositionsAtEveryRun) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 64);
+    DecodeBuffers buffers;
+    const rope_params params = buffers.params();
+    rope_report report = rope_report_init(), expected = rope_report_init();
+    rope_status status = ROPE_OK;
+    const PlanPtr plan = make_plan(&params, &report, &status);
+    ASSERT_EQ(status, ROPE_OK) << report.message;
+    for (int32_t bad : {static_cast<int32_t>(DecodeBuffers::kCacheLen), -1}) {
+        SCOPED_TRACE(bad);
+        buffers.positions[5] = bad;
+        const std::vector<float> before = buffers.q_out;
+        EXPECT_EQ(rope_plan_run(plan.get(), &report), ROPE_ERR_POSITION_OUT_OF_RANGE);
+        EXPECT_EQ(report.status, ROPE_ERR_POSITION_OUT_OF_RANGE);
+        EXPECT_EQ(buffers.q_out, before);
+        ASSERT_EQ(rope_dispatch(&params, &expected), ROPE_ERR_POSITION_OUT_OF_RANGE);
+        EXPECT_STREQ(report.message, expected.message);
+        EXPECT_NE(std::strstr(report.message, "positions.data[5]"), nullptr) << report.message;
+    }
+}
+
+// A call whose validation reads a table besides positions (here the scaling's inv_freq) is
+// validated whole at every run: a value made invalid after the plan is refused.
+TEST(Plan, ValidatesCallsThatReadTablesWhole) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_COMPAT, ROPE_DTYPE_F32, 64);
+    DecodeBuffers buffers;
+    rope_params params = buffers.params();
+    params.angles.source = ROPE_SOURCE_COMPAT;
+    std::vector<float> inv_freq(DecodeBuffers::kPairs, 0.5f);
+    params.scaling.type = ROPE_SCALING_INV_FREQ;
+    params.scaling.inv_freq = inv_freq.data();
+    rope_report report = rope_report_init();
+    rope_status status = ROPE_OK;
+    const PlanPtr plan = make_plan(&params, &report, &status);
+    ASSERT_EQ(status, ROPE_OK) << report.message;
+    ASSERT_EQ(rope_plan_run(plan.get(), &report), ROPE_OK) << report.message;
+    inv_freq[3] = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> before = buffers.q_out;
+    EXPECT_EQ(rope_plan_run(plan.get(), &report), ROPE_ERR_BAD_VALUE);
+    EXPECT_NE(std::strstr(report.message, "scaling.inv_freq[3]"), nullptr) << report.message;
+    EXPECT_EQ(buffers.q_out, before);
+}
+
+// rope_plan_create refuses what rope_dispatch refuses, with its status and message, and leaves
+// *plan NULL; NULL arguments are refused by name.
+TEST(Plan, RefusesWhatDispatchRefuses) {
+    DecodeBuffers buffers;
+    rope_params params = buffers.params();
+    params.q.sizes[3] = 63;
+    params.q_out.sizes[3] = 63;
+    rope_report report = rope_report_init(), expected = rope_report_init();
+    rope_plan *plan = reinterpret_cast<rope_plan *>(&buffers);  // must be overwritten
+    EXPECT_EQ(rope_plan_create(&params, &plan, &report), ROPE_ERR_BAD_HEAD_DIM);
+    EXPECT_EQ(plan, nullptr);
+    EXPECT_EQ(rope_dispatch(&params, &expected), ROPE_ERR_BAD_HEAD_DIM);
+    EXPECT_STREQ(report.message, expected.message);
+    EXPECT_EQ(rope_plan_create(nullptr, &plan, &report), ROPE_ERR_NULL_POINTER);
+    EXPECT_EQ(plan, nullptr);
+
+    const rope_params valid = buffers.params();
+    EXPECT_EQ(rope_plan_create(&valid, nullptr, &report), ROPE_ERR_NULL_POINTER);
+    EXPECT_NE(std::strstr(report.message, "plan is NULL"), nullptr) << report.message;
+    EXPECT_EQ(rope_plan_run(nullptr, &report), ROPE_ERR_NULL_POINTER);
+    EXPECT_NE(std::strstr(report.message, "plan is NULL"), nullptr) << report.message;
+    rope_plan_destroy(nullptr);
+    EXPECT_TRUE(std::all_of(buffers.q_out.begin(), buffers.q_out.end(), [](float v) { return v == -7.0f; }));
+}
+
+// The kernel is chosen when the plan is made: a cap set later changes rope_query's choice, not
+// the plan's.
+TEST(Plan, KeepsItsKernelWhenTheCapChanges) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 64);
+    DecodeBuffers buffers;
+    const rope_params params = buffers.params();
+    rope_report report = rope_report_init(), query = rope_report_init();
+    rope_status status = ROPE_OK;
+    const PlanPtr plan = make_plan(&params, &report, &status);
+    ASSERT_EQ(status, ROPE_OK) << report.message;
+    const std::string planned = report.kernel;
+    const rope_isa baseline = isa_levels().back();
+    if (rope_active_isa() == baseline) {
+        GTEST_SKIP() << "the active ISA level is already this architecture's baseline: no lower cap to set";
+    }
+    ASSERT_EQ(rope_set_max_isa(baseline), ROPE_OK);
+    const rope_status queried = rope_query(&params, &query);
+    const rope_status ran = rope_plan_run(plan.get(), &report);
+    ASSERT_EQ(rope_set_max_isa(ROPE_ISA_NONE), ROPE_OK);
+    ASSERT_EQ(ran, ROPE_OK) << report.message;
+    EXPECT_EQ(report.kernel, planned);
+    if (queried == ROPE_OK) {
+        EXPECT_NE(std::string(query.kernel), planned);
+    }
+}
+
+}  // namespace
+}  // namespace ropegen::test

@@ -43,6 +43,7 @@ int main(void) {
     rope_report report = rope_report_init();
     rope_status status;
     rope_isa active;
+    rope_plan *plan = NULL;
     int i;
 
     params.style = ROPE_STYLE_HALF;
@@ -70,6 +71,15 @@ int main(void) {
             failures++;
         }
     }
+
+    /* The same call as a plan: made once, run twice, the same bits as rope_dispatch's. */
+    memcpy(before, q_out, sizeof(q_out));
+    memset(q_out, 0, sizeof(q_out));
+    status = rope_plan_create(&params, &plan, &report);
+    check(status == ROPE_OK && plan != NULL, "rope_plan_create returns ROPE_OK and a plan");
+    check(rope_plan_run(plan, &report) == ROPE_OK && rope_plan_run(plan, &report) == ROPE_OK, "rope_plan_run returns ROPE_OK");
+    check(memcmp(before, q_out, sizeof(q_out)) == 0, "the plan writes what rope_dispatch wrote");
+    rope_plan_destroy(plan);
 
     /* A failing call: the status, a message naming the argument, and the output untouched. */
     memcpy(before, q_out, sizeof(q_out));

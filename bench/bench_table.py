@@ -6,10 +6,10 @@
     bench/bench_table.py results.json                 # prints, and rewrites the README section
     bench/bench_table.py results.json --no-readme     # prints only
 
-Benchmark names are "kind/key:value/..." (kind: rope, rope_inplace, memcpy, copy, rewrite,
-scalar, scalar_inplace, call). The `vs memcpy`, `vs scalar` and `vs rewrite` ratios, and the
-interleaved/half and computed/cache targets, are the rows' own counters (memcpy_ratio,
-scalar_ratio, rewrite_ratio, half_ratio, cache_ratio), which rope_bench measures paired (the row's call and the other timed in
+Benchmark names are "kind/key:value/..." (kind: rope, rope_inplace, rope_plan, memcpy, copy,
+rewrite, scalar, scalar_inplace, call). The `vs memcpy`, `vs scalar`, `vs rewrite` and
+`vs rope_dispatch` ratios, and the interleaved/half and computed/cache targets, are the rows' own
+counters (memcpy_ratio, scalar_ratio, rewrite_ratio, dispatch_ratio, half_ratio, cache_ratio), which rope_bench measures paired (the row's call and the other timed in
 alternation), not ratios of rows timed minutes apart; bf16/f32 still pairs rows. With
 --benchmark_repetitions the "median" aggregate is used. Python standard library only.
 """
@@ -62,6 +62,7 @@ def load_runs(doc):
         run["half_ratio"] = median_of("half_ratio")
         run["cache_ratio"] = median_of("cache_ratio")
         run["rewrite_ratio"] = median_of("rewrite_ratio")
+        run["dispatch_ratio"] = median_of("dispatch_ratio")
         run["label"] = chosen[0].get("label", "")
         runs.append(run)
     return runs
@@ -135,6 +136,16 @@ def in_place_table(results):
     return lines
 
 
+def plan_table(results):
+    lines = ["| shape | dtype | style | source | threads | kernel | time | GB/s | vs memcpy | vs scalar | vs rope_dispatch |",
+             "|---|---|---|---|---|---|---:|---:|---:|---:|---:|"]
+    for run in results.of_kind("rope_plan"):
+        lines.append(f"| {run['shape']} | {run['dtype']} | {run['style']} | {run['source']} | {run['threads']} "
+                     f"| `{run['label']}` | {fmt_time(run['seconds'])} | {fmt(run['gbps'], 1)} "
+                     f"| {fmt(run['memcpy_ratio'])} | {fmt(run['scalar_ratio'])} | {fmt(run['dispatch_ratio'])} |")
+    return lines
+
+
 def baseline_table(results):
     lines = ["| baseline | shape | dtype | style | threads | time | GB/s | vs memcpy |",
              "|---|---|---|---|---|---:|---:|---:|"]
@@ -170,6 +181,7 @@ def acceptance(results):
     prefill_f32 = [r for r in rope if r["shape"].startswith("prefill") and r["dtype"] == "f32" and r["source"] == "cache"]
     decode8 = [r for r in rope if r["shape"] == "decode_b8" and r["dtype"] == "f32" and r["source"] == "cache"]
     decode8_in_place = [r for r in results.of_kind("rope_inplace") if r["shape"] == "decode_b8" and r["dtype"] == "f32"]
+    decode8_plan = [r for r in results.of_kind("rope_plan") if r["shape"] == "decode_b8" and r["dtype"] == "f32"]
 
     def cases(runs, value):
         return [(case_text(run), run, value(run)) for run in runs]
@@ -195,6 +207,8 @@ def acceptance(results):
          cases(decode8, lambda r: inverse(r["memcpy_ratio"])), lambda run: True),
         ("decode batch-8 f32 time / scalar-loop time", ("<", 1.0),
          cases(decode8, lambda r: inverse(r["scalar_ratio"])), lambda run: True),
+        ("decode batch-8 f32 through a plan (rope_plan_run): time / scalar-loop time", ("<", 1.0),
+         cases(decode8_plan, lambda r: inverse(r["scalar_ratio"])), lambda run: True),
         ("decode batch-8 f32 in place: time / out-of-place memcpy time", ("<=", 1.5),
          cases(decode8_in_place, lambda r: inverse(r["memcpy_ratio"])), lambda run: True),
         ("decode batch-8 f32 in place: time / in-place rewrite time", ("<=", 1.5),
@@ -274,6 +288,9 @@ def report(doc, json_path, script_command):
              "floor; the `rewrite` baseline rows) / time; `in place / out of place` = this time / the out-of-place row's",
              "time (< 1 = in place is faster).", "",
              *in_place_table(results), "",
+             "### Plans (rope_plan_run of a plan made once; decode steps, out of place)", "",
+             "`vs rope_dispatch` = rope_dispatch()'s time for the same call / time (> 1 = the plan is faster).", "",
+             *plan_table(results), "",
              "### Baselines", "", *baseline_table(results), "",
              "### Cost of one call", "", *call_table(results)]
     if results.errors:

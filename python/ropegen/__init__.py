@@ -108,10 +108,14 @@ _lib = _load_library()
 for _name, _args in {"rope_dispatch": [ctypes.POINTER(_Params), ctypes.POINTER(_Report)],
                      "rope_query": [ctypes.POINTER(_Params), ctypes.POINTER(_Report)],
                      "rope_build_cos_sin_cache": [ctypes.POINTER(_CacheSpec), ctypes.POINTER(_Report)],
+                     "rope_plan_create": [ctypes.POINTER(_Params), ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_Report)],
+                     "rope_plan_run": [ctypes.c_void_p, ctypes.POINTER(_Report)], "rope_plan_destroy": [ctypes.c_void_p],
                      "rope_status_string": [ctypes.c_int], "rope_version_string": [],
                      "rope_abi_version": []}.items():
     getattr(_lib, _name).argtypes = _args
 _lib.rope_dispatch.restype = _lib.rope_query.restype = _lib.rope_build_cos_sin_cache.restype = ctypes.c_int
+_lib.rope_plan_create.restype = _lib.rope_plan_run.restype = ctypes.c_int
+_lib.rope_plan_destroy.restype = None
 _lib.rope_status_string.restype = _lib.rope_version_string.restype = ctypes.c_char_p
 _lib.rope_abi_version.restype = ctypes.c_uint32
 if _lib.rope_abi_version() != _ABI_VERSION:
@@ -492,32 +496,44 @@ def query(q, k=None, **arguments):
 
 
 class PreparedRope:
-    """rope(q, k, **arguments) with the C structs built once: calling the object runs rope_dispatch on them.
+    """rope(q, k, **arguments) made once: a plan of the call (rope_plan_create), run by calling the object.
 
     Building the structs in Python costs tens of microseconds, more than a decode step's kernel, so
-    an engine that rotates the same buffers at every step prepares the call once. The structs hold
-    the arrays' addresses, shapes and strides as they were at prepare(): their contents (q, k,
-    positions, the cos/sin tables) may change between calls, and each call reads them anew (the
-    library still validates every call, positions included); the arrays themselves must not be
-    replaced or resized. The object keeps them alive. `kernel` names the kernel a call runs.
-    One object serves one thread at a time (its report buffer is shared by its calls).
+    an engine that rotates the same buffers at every step prepares the call once. The plan holds
+    the arrays' addresses, shapes and strides as they were at prepare(), and the kernel chosen then:
+    their contents (q, k, positions, the cos/sin tables) may change between calls, and each call
+    reads them anew (positions are checked again at every call, before anything is written); the
+    arrays themselves must not be replaced or resized. The object keeps them alive. `kernel` names
+    the kernel a call runs. One object serves one thread at a time (its report buffer is shared by
+    its calls).
     """
 
     def __init__(self, q, k, arguments):
         self._keep_alive = [q, k, arguments]  # the library reads these arrays at every call
-        self._params = _params(q, k, keep_alive=self._keep_alive, prepared=True, **{**_DEFAULT_ARGUMENTS, **arguments})
-        self.kernel = _call(_lib.rope_query, self._params)  # refuses bad arguments here, running nothing
+        self._plan = None
+        params = _params(q, k, keep_alive=self._keep_alive, prepared=True, **{**_DEFAULT_ARGUMENTS, **arguments})
         self._report = _Report()
         self._report.struct_size = ctypes.sizeof(_Report)
-        self._by_reference = (ctypes.byref(self._params), ctypes.byref(self._report))
+        plan = ctypes.c_void_p()
+        status = _lib.rope_plan_create(ctypes.byref(params), ctypes.byref(plan), ctypes.byref(self._report))
+        if status != 0:  # refuses bad arguments here, running nothing
+            raise RopeError(status, self._report.message.decode())
+        self._plan = plan
+        self.kernel = self._report.kernel.decode()
+        self._report_reference = ctypes.byref(self._report)
         self._written = _written_by_rope(q, k, arguments.get("q_out"), arguments.get("k_out"))
 
     def __call__(self):
         """Rotates, like the rope() call it was prepared from; raises RopeError (touching nothing) if refused."""
-        status = _lib.rope_dispatch(*self._by_reference)
+        status = _lib.rope_plan_run(self._plan, self._report_reference)
         if status != 0:
             raise RopeError(status, self._report.message.decode())
         _mark_written(self._written)
+
+    def __del__(self):
+        if getattr(self, "_plan", None):
+            _lib.rope_plan_destroy(self._plan)
+            self._plan = None
 
 
 def prepare(q, k=None, **arguments):

@@ -10,8 +10,10 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "internal/cuda_device.h"
 #include "internal/enum_value.h"
@@ -304,6 +306,162 @@ std::string scratch_failure(const KernelEntry &kernel, size_t bytes) {
            kernel.name + "; no output was written";
 }
 
+// Where a CPU kernel is pointed for the inputs a call does not use (the other pair of cos/sin
+// tables, a scalar offset's positions, the scaling tables of other types): never read.
+uint32_t g_unused_input = 0;
+
+// The kernel arguments that every slice of a call shares: the cos/sin and scaling tables as
+// Halide buffers, and how positions are read.
+struct SharedArgs {
+    Buffer cos_table, sin_table, cos_narrow, sin_narrow;  // the f32 pair or the narrow pair
+    Buffer short_factor, long_factor, given_inv_freq;     // the scaling's per-pair tables
+    void *placeholder;                                    // what the unused ones point at
+    bool narrow, positions_given;
+    int64_t pos_seq_stride, pos_batch_stride, scalar_offset;
+    int32_t position_step, mrope_end0, mrope_end1;
+    float sin_sign;
+};
+
+// The shared arguments of `call`, with unused inputs at `placeholder` (on a device: device
+// memory of the call, never dereferenced).
+SharedArgs shared_args(const ValidCall &call, void *placeholder) {
+    const rope_params &p = call.params;
+    // Positions as an int32 [seq, batch] view: int64 tables are read through their low words
+    // (validation proved every position < 2^31, so the high words are zero). One scalar offset
+    // is no view at all: the kernel adds it (position_base) and reads no table.
+    const rope_positions &pos = p.positions;
+    const int64_t scale = pos.index_type == ROPE_INDEX_INT64 ? 2 : 1;
+    const bool table = pos.kind == ROPE_POSITIONS_TABLE;
+    const bool positions_given = table || pos.data != nullptr;
+    // mrope (spec §6): pairs [0, end0) read the first position stream, [end0, end1) the second.
+    const bool mrope = uses_mrope(p);
+    const int64_t pairs = call.rotary_dim / 2;
+    // cos/sin tables (cache source): the kernel reads the f32 pair or, for tables in the tensor
+    // dtype, the narrow pair.
+    const bool cache = p.angles.source == ROPE_SOURCE_CACHE;
+    const bool narrow = cache && p.angles.cache_dtype != ROPE_DTYPE_F32;
+    const int64_t row_stride = p.angles.cache_row_stride != 0 ? p.angles.cache_row_stride : pairs;
+    const int64_t rows = std::min<int64_t>(p.angles.cache_len, kMaxStride);
+    const halide_type_t f32 = halide_type_t(halide_type_float, 32), narrow_type = halide_type(p.q.dtype);
+    // Per-pair tables of the scaling (spec §6): the one its type reads; the others, placeholders.
+    const rope_scaling &sc = p.scaling;
+    auto scaling_table = [&](const float *values, rope_scaling_type type) {
+        const bool used = sc.type == type && values != nullptr;
+        Buffer buffer(used ? const_cast<float *>(values) : placeholder, f32, 1);
+        buffer.set(0, 0, used ? pairs : 1, 1);
+        return buffer;
+    };
+    SharedArgs shared{Buffer(cache && !narrow ? const_cast<void *>(p.angles.cos_cache) : placeholder, f32, 2),
+                      Buffer(cache && !narrow ? const_cast<void *>(p.angles.sin_cache) : placeholder, f32, 2),
+                      Buffer(narrow ? const_cast<void *>(p.angles.cos_cache) : placeholder, narrow_type, 2),
+                      Buffer(narrow ? const_cast<void *>(p.angles.sin_cache) : placeholder, narrow_type, 2),
+                      scaling_table(sc.short_factor, ROPE_SCALING_LONGROPE),
+                      scaling_table(sc.long_factor, ROPE_SCALING_LONGROPE),
+                      scaling_table(sc.inv_freq, ROPE_SCALING_INV_FREQ),
+                      placeholder,
+                      narrow,
+                      positions_given,
+                      table ? pos.strides[1] * scale : 0,
+                      positions_given ? pos.strides[0] * scale : 0,
+                      positions_given ? 0 : pos.offset,
+                      table ? 0 : 1,
+                      mrope ? p.mrope.sections[0] : static_cast<int32_t>(pairs),
+                      mrope ? p.mrope.sections[0] + p.mrope.sections[1] : static_cast<int32_t>(pairs),
+                      p.direction == ROPE_INVERSE ? -1.0f : 1.0f};
+    for (Buffer *t : {&shared.cos_table, &shared.sin_table, &shared.cos_narrow, &shared.sin_narrow}) {
+        const bool used = t->raw.host != placeholder;
+        t->set(0, 0, used ? pairs : 1, 1);
+        t->set(1, 0, used ? rows : 1, used ? row_stride : 0);
+    }
+    return shared;
+}
+
+// What one kernel run takes: the buffers over one slice of the call and the shared arguments
+// (inputs only: the kernels read their descriptions and never write them).
+struct KernelArgs {
+    TensorViews q, k;
+    Buffer positions;
+    SharedArgs *shared;
+    int32_t position_base;
+};
+
+// The arguments of the kernel run over `slice` (`q_present`/`k_present`: whether the slice holds
+// heads of q and of k).
+KernelArgs slice_args(const KernelEntry &kernel, const ValidCall &call, SharedArgs &shared, const Slice &slice,
+                      bool q_present, bool k_present) {
+    const rope_params &p = call.params;
+    const int64_t pos_offset = slice.begin[0] * shared.pos_batch_stride + slice.begin[1] * shared.pos_seq_stride;
+    const bool mrope = uses_mrope(p);
+    const int64_t stream_stride = p.mrope.stream_stride * (p.positions.index_type == ROPE_INDEX_INT64 ? 2 : 1);
+    KernelArgs args{
+        make_views(call, p.q, p.q_out, slice, q_present, kernel.pair_words),
+        call.has_k ? make_views(call, p.k, p.k_out, slice, k_present, kernel.pair_words)
+                   : make_views(call, p.q, p.q_out, slice, false, kernel.pair_words),
+        Buffer(shared.positions_given ? const_cast<int32_t *>(static_cast<const int32_t *>(p.positions.data)) + pos_offset
+                                      : shared.placeholder,
+               halide_type_t(halide_type_int, 32), 3),
+        &shared,
+        static_cast<int32_t>(shared.scalar_offset + slice.begin[1] * shared.position_step)};
+    args.positions.set(0, 0, slice.extent[1], slice.extent[1] > 1 ? shared.pos_seq_stride : 0);
+    args.positions.set(1, 0, slice.extent[0], slice.extent[0] > 1 ? shared.pos_batch_stride : 0);
+    args.positions.set(2, 0, mrope ? 3 : 1, mrope ? stream_stride : 0);
+    return args;
+}
+
+// The arguments of a CPU call whose strides all fit Halide's (one slice: the whole call).
+KernelArgs whole_call_args(const KernelEntry &kernel, const ValidCall &call, SharedArgs &shared) {
+    const rope_params &p = call.params;
+    const Slice whole{{0, 0, 0}, {p.q.sizes[0], p.q.sizes[1], -1}};
+    return slice_args(kernel, call, shared, whole, true, call.has_k);
+}
+
+// Runs the kernel on `args` (Halide's status; a failure inside it is in `context`).
+int launch(const KernelEntry &kernel, const ValidCall &call, KernelArgs &args, CallContext *context) {
+    const rope_scaling &sc = call.params.scaling;
+    SharedArgs &s = *args.shared;
+    return kernel.function(context, &args.q.input.raw, &args.k.input.raw, &args.positions.raw, s.positions_given,
+                           args.position_base, s.position_step, &s.cos_table.raw, &s.sin_table.raw, &s.cos_narrow.raw,
+                           &s.sin_narrow.raw, s.narrow, call.base, call.attn_factor, s.sin_sign, call.rotary_offset,
+                           call.rotary_dim / 2, sc.type, sc.factor, static_cast<int32_t>(sc.original_max_positions),
+                           sc.low_freq_factor, sc.high_freq_factor, call.beta_fast, call.beta_slow, sc.yarn_no_truncate == 0,
+                           &s.short_factor.raw, &s.long_factor.raw, &s.given_inv_freq.raw, call.params.round_cos_sin != 0,
+                           s.mrope_end0, s.mrope_end1, &args.q.rotated.raw, &args.q.lead.raw, &args.q.tail.raw,
+                           &args.k.rotated.raw, &args.k.lead.raw, &args.k.tail.raw);
+}
+
+// The status of a kernel run that returned `result` (`earlier_slices_written`: slices of the
+// call ran before it).
+rope_status launch_status(const KernelEntry &kernel, int result, const CallContext &context, rope_report *report,
+                          bool earlier_slices_written) {
+    const bool on_device = kernel.cuda_capability != 0;
+    if (result == 0 && context.failure() != CallFailure::None) {
+        const bool device_error = on_device && context.failure() == CallFailure::RuntimeError;
+        return finish(report, device_error ? ROPE_ERR_DEVICE : ROPE_ERR_INTERNAL,
+                      failure_message(context, kernel, earlier_slices_written));
+    }
+    if (result != 0) {
+        std::string message =
+            "kernel " + std::string(kernel.name) + " failed with Halide error " + std::to_string(result) + halide_message(report);
+        if (on_device && earlier_slices_written) {
+            message += "; the launches for earlier slices of the call were enqueued";
+        }
+        return finish(report, on_device ? ROPE_ERR_DEVICE : ROPE_ERR_INTERNAL, message);
+    }
+    return ROPE_OK;
+}
+
+// Runs the kernel on arguments built before (a plan's), on a copy: a run writes the buffers of
+// its outputs (Halide marks them dirty). `context` holds the scratch.
+rope_status run_args(const KernelEntry &kernel, const ValidCall &call, const KernelArgs &built, rope_report *report,
+                     CallContext &context) {
+    KernelArgs args = built;
+    if (const rope_status status = launch_status(kernel, launch(kernel, call, args, &context), context, report, false);
+        status != ROPE_OK) {
+        return status;
+    }
+    return finish(report, ROPE_OK, "");
+}
+
 // Runs `kernel` over every slice of the call, on the CPU or, for a CUDA kernel, enqueued on the
 // stream of `cuda` (a CUDA call returns once its launches are enqueued). `context` carries the
 // threads the call may use and, when lent, its scratch.
@@ -314,21 +472,14 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
     const rope_tensor *tensors[] = {&p.q, &p.k, &p.q_out, &p.k_out};
     const int64_t batch = p.q.sizes[0], seq = p.q.sizes[1];
 
-    // Positions as an int32 [seq, batch] view: int64 tables are read through their low words
-    // (validation proved every position < 2^31, so the high words are zero). One scalar offset
-    // is no view at all: the kernel adds it (position_base) and reads no table.
-    const rope_positions &pos = p.positions;
-    const int64_t scale = pos.index_type == ROPE_INDEX_INT64 ? 2 : 1;
-    const bool table = pos.kind == ROPE_POSITIONS_TABLE;
-    const bool positions_given = table || pos.data != nullptr;
-    const int64_t pos_seq_stride = table ? pos.strides[1] * scale : 0;
-    const int64_t pos_batch_stride = positions_given ? pos.strides[0] * scale : 0;
-    const int32_t position_step = table ? 0 : 1;
-    const int64_t scalar_offset = positions_given ? 0 : pos.offset;
-    // mrope (spec §6): pairs [0, end0) read the first position stream, [end0, end1) the second.
-    const bool mrope = uses_mrope(p);
-    const int32_t mrope_end0 = mrope ? p.mrope.sections[0] : call.rotary_dim / 2;
-    const int32_t mrope_end1 = mrope ? p.mrope.sections[0] + p.mrope.sections[1] : call.rotary_dim / 2;
+    void *placeholder = &g_unused_input;
+    if (on_device) {
+        placeholder = p.q_out.data;  // a non-empty output: run_call returns early when both are empty
+        if (p.q.sizes[2] == 0) {
+            placeholder = p.k_out.data;
+        }
+    }
+    SharedArgs shared = shared_args(call, placeholder);
 
     // Axes to slice: strides beyond Halide's int32 dimensions; for CUDA kernels (32-bit indexing)
     // also spans of 2^31 elements or more, slicing batch, then seq, then heads until each fits.
@@ -336,8 +487,8 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
     bool(&slice_axis)[3] = sliced.axis;
     // The kernel indexes the positions with one 32-bit offset: the batch and seq spans add up.
     for (int axis = 0; on_device && axis < 3; axis++) {
-        const int64_t pos_span =
-            (slice_axis[0] ? 0 : (batch - 1) * pos_batch_stride) + (slice_axis[1] ? 0 : (seq - 1) * pos_seq_stride);
+        const int64_t pos_span = (slice_axis[0] ? 0 : (batch - 1) * shared.pos_batch_stride) +
+                                 (slice_axis[1] ? 0 : (seq - 1) * shared.pos_seq_stride);
         bool fits = pos_span <= kMaxStride;
         for (int t = 0; t < 4; t++) {
             fits = fits && ((t % 2 == 1 && !call.has_k) || sliced_span(*tensors[t], slice_axis) <= kMaxStride);
@@ -347,46 +498,6 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
         }
         slice_axis[axis] = true;
     }
-
-    // cos/sin tables (cache source): the kernel reads the f32 pair or, for tables in the tensor
-    // dtype, the narrow pair; the other pair, and the positions of a scalar offset, are
-    // placeholders it never reads (on a device: device memory of the call, never dereferenced).
-    const int64_t pairs = call.rotary_dim / 2;
-    const bool cache = p.angles.source == ROPE_SOURCE_CACHE;
-    const bool narrow = cache && p.angles.cache_dtype != ROPE_DTYPE_F32;
-    const int64_t row_stride = p.angles.cache_row_stride != 0 ? p.angles.cache_row_stride : pairs;
-    const int64_t rows = std::min<int64_t>(p.angles.cache_len, kMaxStride);
-    uint32_t host_placeholder = 0;
-    void *placeholder = &host_placeholder;
-    if (on_device) {
-        placeholder = p.q_out.data;  // a non-empty output: run_call returns early when both are empty
-        if (p.q.sizes[2] == 0) {
-            placeholder = p.k_out.data;
-        }
-    }
-    const halide_type_t f32 = halide_type_t(halide_type_float, 32), narrow_type = halide_type(p.q.dtype);
-    Buffer cos_table(cache && !narrow ? const_cast<void *>(p.angles.cos_cache) : placeholder, f32, 2);
-    Buffer sin_table(cache && !narrow ? const_cast<void *>(p.angles.sin_cache) : placeholder, f32, 2);
-    Buffer cos_narrow(narrow ? const_cast<void *>(p.angles.cos_cache) : placeholder, narrow_type, 2);
-    Buffer sin_narrow(narrow ? const_cast<void *>(p.angles.sin_cache) : placeholder, narrow_type, 2);
-    for (Buffer *t : {&cos_table, &sin_table, &cos_narrow, &sin_narrow}) {
-        const bool used = t->raw.host != placeholder;
-        t->set(0, 0, used ? pairs : 1, 1);
-        t->set(1, 0, used ? rows : 1, used ? row_stride : 0);
-    }
-    const float sin_sign = p.direction == ROPE_INVERSE ? -1.0f : 1.0f;
-
-    // Per-pair tables of the scaling (spec §6): the one its type reads; the others, placeholders.
-    const rope_scaling &sc = p.scaling;
-    auto scaling_table = [&](const float *values, rope_scaling_type type) {
-        const bool used = sc.type == type && values != nullptr;
-        Buffer table(used ? const_cast<float *>(values) : placeholder, f32, 1);
-        table.set(0, 0, used ? pairs : 1, 1);
-        return table;
-    };
-    Buffer short_factor = scaling_table(sc.short_factor, ROPE_SCALING_LONGROPE);
-    Buffer long_factor = scaling_table(sc.long_factor, ROPE_SCALING_LONGROPE);
-    Buffer given_inv_freq = scaling_table(sc.inv_freq, ROPE_SCALING_INV_FREQ);
     context.cuda_context = cuda.context;
     context.cuda_stream = cuda.stream;
     const size_t scratch = on_device ? 0 : kernel_scratch_bytes(call, slice_axis[0] ? 1 : batch, slice_axis[1] ? 1 : seq);
@@ -404,43 +515,26 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
         const int64_t first_item = part * batch_step;
         for (int64_t s = 0; s < steps[1]; s++) {
             for (int64_t h = 0; h < steps[2]; h++) {
-                Slice slice{{first_item, slice_axis[1] ? s : 0, slice_axis[2] ? h : 0},
-                            {std::min(batch_step, batch - first_item), slice_axis[1] ? 1 : seq, slice_axis[2] ? 1 : -1}};
+                const Slice slice{{first_item, slice_axis[1] ? s : 0, slice_axis[2] ? h : 0},
+                                  {std::min(batch_step, batch - first_item), slice_axis[1] ? 1 : seq, slice_axis[2] ? 1 : -1}};
                 const bool q_present = !slice_axis[2] || h < p.q.sizes[2];
                 const bool k_present = call.has_k && (!slice_axis[2] || h < p.k.sizes[2]);
-                TensorViews q = make_views(call, p.q, p.q_out, slice, q_present, kernel.pair_words);
-                TensorViews k = call.has_k ? make_views(call, p.k, p.k_out, slice, k_present, kernel.pair_words)
-                                           : make_views(call, p.q, p.q_out, slice, false, kernel.pair_words);
-                const int64_t pos_offset = slice.begin[0] * pos_batch_stride + slice.begin[1] * pos_seq_stride;
-                Buffer positions(positions_given ? const_cast<int32_t *>(static_cast<const int32_t *>(pos.data)) + pos_offset
-                                                 : placeholder,
-                                 halide_type_t(halide_type_int, 32), 3);
-                positions.set(0, 0, slice.extent[1], slice.extent[1] > 1 ? pos_seq_stride : 0);
-                positions.set(1, 0, slice.extent[0], slice.extent[0] > 1 ? pos_batch_stride : 0);
-                positions.set(2, 0, mrope ? 3 : 1, mrope ? p.mrope.stream_stride * scale : 0);
-                const auto position_base = static_cast<int32_t>(scalar_offset + slice.begin[1] * position_step);
-                [[maybe_unused]] halide_buffer_t *buffers[] = {&q.input.raw,    &k.input.raw,    &positions.raw,  &cos_table.raw,
-                                              &sin_table.raw,  &cos_narrow.raw, &sin_narrow.raw, &q.rotated.raw,
-                                              &q.lead.raw,     &q.tail.raw,     &k.rotated.raw,  &k.lead.raw,
-                                              &k.tail.raw,     &short_factor.raw, &long_factor.raw, &given_inv_freq.raw};
+                KernelArgs args = slice_args(kernel, call, shared, slice, q_present, k_present);
                 int result = 0;
 #if ROPEGEN_CUDA
+                halide_buffer_t *buffers[] = {&args.q.input.raw,     &args.k.input.raw,          &args.positions.raw,
+                                              &shared.cos_table.raw, &shared.sin_table.raw, &shared.cos_narrow.raw,
+                                              &shared.sin_narrow.raw, &args.q.rotated.raw,    &args.q.lead.raw,
+                                              &args.q.tail.raw,      &args.k.rotated.raw,        &args.k.lead.raw,
+                                              &args.k.tail.raw,      &shared.short_factor.raw, &shared.long_factor.raw,
+                                              &shared.given_inv_freq.raw};
                 for (halide_buffer_t *buffer : buffers) {
                     result = on_device && result == 0 ? attach_device_memory(&context, buffer) : result;
                 }
 #endif
                 context.reuse_scratch();  // the previous slice's kernel has returned
                 if (result == 0) {
-                    result = kernel.function(&context, &q.input.raw, &k.input.raw, &positions.raw, positions_given,
-                                             position_base, position_step, &cos_table.raw, &sin_table.raw, &cos_narrow.raw,
-                                             &sin_narrow.raw, narrow, call.base, call.attn_factor, sin_sign,
-                                             call.rotary_offset, static_cast<int32_t>(pairs), sc.type, sc.factor,
-                                             static_cast<int32_t>(sc.original_max_positions), sc.low_freq_factor,
-                                             sc.high_freq_factor, call.beta_fast, call.beta_slow, sc.yarn_no_truncate == 0,
-                                             &short_factor.raw, &long_factor.raw, &given_inv_freq.raw, p.round_cos_sin != 0,
-                                             mrope_end0, mrope_end1,
-                                             &q.rotated.raw, &q.lead.raw,
-                                             &q.tail.raw, &k.rotated.raw, &k.lead.raw, &k.tail.raw);
+                    result = launch(kernel, call, args, &context);
                 }
 #if ROPEGEN_CUDA
                 for (halide_buffer_t *buffer : buffers) {
@@ -449,18 +543,9 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
                     }
                 }
 #endif
-                if (result == 0 && context.failure() != CallFailure::None) {
-                    const bool device_error = on_device && context.failure() == CallFailure::RuntimeError;
-                    return finish(report, device_error ? ROPE_ERR_DEVICE : ROPE_ERR_INTERNAL,
-                                  failure_message(context, kernel, part + s + h > 0));
-                }
-                if (result != 0) {
-                    std::string message = "kernel " + std::string(kernel.name) + " failed with Halide error " +
-                                          std::to_string(result) + halide_message(report);
-                    if (on_device && part + s + h > 0) {
-                        message += "; the launches for earlier slices of the call were enqueued";
-                    }
-                    return finish(report, on_device ? ROPE_ERR_DEVICE : ROPE_ERR_INTERNAL, message);
+                if (const rope_status status = launch_status(kernel, result, context, report, part + s + h > 0);
+                    status != ROPE_OK) {
+                    return status;
                 }
             }
         }
@@ -601,6 +686,7 @@ struct DecodeParts {
     const ValidCall *folded;     // a part per batch item
     const CallContext *whole;    // holds the scratch of every part
     size_t part_scratch;
+    const KernelArgs *built;     // a plan's arguments of each part, or null
     std::atomic<int> failed_part{-1};  // the first part to fail, with its status and report
     rope_status status = ROPE_OK;
     rope_report report = rope_report_init();
@@ -610,14 +696,18 @@ int run_decode_part(void *, int part, uint8_t *closure) {
     const tsan::CallbackScope checked;
     tsan::handoff_acquire(closure);
     auto *parts = reinterpret_cast<DecodeParts *>(closure);
-    ValidCall one = *parts->folded;
-    narrow_axis(&one, 0, part, 1);
     rope_report report = rope_report_init();
     CallContext context(&report, 1);
     parts->whole->lend_scratch(&context, part * parts->part_scratch, parts->part_scratch);
     // On a worker of the pool: an exception would end inside Halide's runtime.
-    const rope_status status =
-        without_exceptions(&report, [&] { return run(*parts->kernel, one, CudaTarget{}, &report, context); });
+    const rope_status status = without_exceptions(&report, [&] {
+        if (parts->built != nullptr) {
+            return run_args(*parts->kernel, *parts->folded, parts->built[part], &report, context);
+        }
+        ValidCall one = *parts->folded;
+        narrow_axis(&one, 0, part, 1);
+        return run(*parts->kernel, one, CudaTarget{}, &report, context);
+    });
     int none = -1;
     if (status != ROPE_OK && parts->failed_part.compare_exchange_strong(none, part)) {
         parts->status = status;
@@ -627,7 +717,8 @@ int run_decode_part(void *, int part, uint8_t *closure) {
     return 0;
 }
 
-rope_status run_decode_parts(const KernelEntry &kernel, const ValidCall &folded, int threads, rope_report *report) {
+rope_status run_decode_parts(const KernelEntry &kernel, const ValidCall &folded, int threads, rope_report *report,
+                             const KernelArgs *built) {
     const int64_t parts = folded.params.q.sizes[0];
     CallContext whole(report, threads);
     const size_t part_scratch = kernel_scratch_bytes(folded, 1, folded.params.q.sizes[1]);
@@ -638,7 +729,7 @@ rope_status run_decode_parts(const KernelEntry &kernel, const ValidCall &folded,
     if (!whole.reserve_scratch(scratch)) {
         return finish(report, ROPE_ERR_INTERNAL, scratch_failure(kernel, scratch));
     }
-    DecodeParts loop{&kernel, &folded, &whole, part_scratch};
+    DecodeParts loop{&kernel, &folded, &whole, part_scratch, built};
     if (run_parallel_loop(&whole, run_decode_part, static_cast<int>(parts), reinterpret_cast<uint8_t *>(&loop)) != 0) {
         return finish(report, ROPE_ERR_INTERNAL, failure_message(whole, kernel, false));
     }
@@ -691,8 +782,10 @@ void prepare_call(const KernelEntry &kernel, ReadyCall *ready) {
     ready->decode_parts = foldable_decode_step(p) && fold_decode_batch(&call, ready->threads, &ready->scalar_position) && p.q.sizes[0] > 1;
 }
 
-// Runs `kernel` on a call prepare_call made ready: dense, varlen, or a decode step in parts.
-rope_status run_ready(const KernelEntry &kernel, const ReadyCall &ready, const CudaTarget &cuda, rope_report *report) {
+// Runs `kernel` on a call prepare_call made ready: dense, varlen, or a decode step in parts;
+// from a plan's arguments (`built`: one per part, else one) where it has them.
+rope_status run_ready(const KernelEntry &kernel, const ReadyCall &ready, const CudaTarget &cuda, rope_report *report,
+                      const KernelArgs *built = nullptr) {
     const ValidCall &call = *ready.call;
     if (ready.nothing_to_rotate) {
         return finish(report, ROPE_OK, "");
@@ -701,10 +794,17 @@ rope_status run_ready(const KernelEntry &kernel, const ReadyCall &ready, const C
         return run_varlen(kernel, call, cuda, report);
     }
     if (ready.decode_parts) {
-        return run_decode_parts(kernel, call, ready.threads, report);
+        return run_decode_parts(kernel, call, ready.threads, report, built);
     }
     CallContext context(report, ready.threads);
-    return run(kernel, call, cuda, report, context);
+    if (built == nullptr) {
+        return run(kernel, call, cuda, report, context);
+    }
+    const size_t scratch = kernel_scratch_bytes(call, call.params.q.sizes[0], call.params.q.sizes[1]);
+    if (!context.reserve_scratch(scratch)) {
+        return finish(report, ROPE_ERR_INTERNAL, scratch_failure(kernel, scratch));
+    }
+    return run_args(kernel, call, *built, report, context);
 }
 
 // Runs `kernel` on a validated call, made ready in place (`call` is the caller's copy, which it
@@ -815,6 +915,11 @@ struct rope_plan {
     const ropegen::KernelEntry *kernel = nullptr;
     ropegen::ValidCall ready_call;  // `validated` made ready for `kernel`, unless validate_every_run
     ropegen::ReadyCall ready{&ready_call};
+    // The kernel's arguments (one per part of a decode step, else one, all sharing `shared`),
+    // unless the call is run in slices (run) or validate_every_run. Runs copy them; `shared`,
+    // inputs only, the kernels read without writing.
+    std::optional<ropegen::SharedArgs> shared;
+    std::vector<ropegen::KernelArgs> args;
 };
 
 namespace ropegen {
@@ -850,6 +955,18 @@ rope_status create_plan(const rope_params *params, rope_plan **out, rope_report 
     if (!plan->validate_every_run) {
         plan->ready_call = plan->validated;
         prepare_call(*plan->kernel, &plan->ready);
+        const bool(&sliced)[3] = axes_beyond_int32_strides(plan->ready_call).axis;
+        if (!plan->ready.nothing_to_rotate && !sliced[0] && !sliced[1] && !sliced[2]) {
+            plan->shared.emplace(shared_args(plan->ready_call, &g_unused_input));
+            const int64_t parts = plan->ready.decode_parts ? plan->ready_call.params.q.sizes[0] : 1;
+            for (int64_t part = 0; part < parts; part++) {
+                ValidCall one = plan->ready_call;
+                if (plan->ready.decode_parts) {
+                    narrow_axis(&one, 0, part, 1);
+                }
+                plan->args.push_back(whole_call_args(*plan->kernel, one, *plan->shared));
+            }
+        }
     }
     *out = plan.release();
     return finish(report, ROPE_OK, "");
@@ -880,7 +997,7 @@ rope_status run_plan(const rope_plan *plan, rope_report *report) {
         return finish(report, status, message);
     }
     set_report_kernel(report, plan->kernel->name);
-    return run_ready(*plan->kernel, plan->ready, CudaTarget{}, report);
+    return run_ready(*plan->kernel, plan->ready, CudaTarget{}, report, plan->args.empty() ? nullptr : plan->args.data());
 }
 
 }  // namespace

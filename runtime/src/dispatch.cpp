@@ -376,8 +376,7 @@ SharedArgs shared_args(const ValidCall &call, void *placeholder) {
     return shared;
 }
 
-// What one kernel run takes: the buffers over one slice of the call and the shared arguments
-// (inputs only: the kernels read their descriptions and never write them).
+// What one kernel run takes: the buffers over one slice of the call and the shared arguments.
 struct KernelArgs {
     TensorViews q, k;
     Buffer positions;
@@ -450,11 +449,14 @@ rope_status launch_status(const KernelEntry &kernel, int result, const CallConte
     return ROPE_OK;
 }
 
-// Runs the kernel on arguments built before (a plan's), on a copy: a run writes the buffers of
-// its outputs (Halide marks them dirty). `context` holds the scratch.
+// Runs the kernel on arguments built before (a plan's), on copies: the kernel is handed buffer
+// descriptions it may write (Halide marks outputs dirty), and runs of one plan may overlap.
+// `context` holds the scratch.
 rope_status run_args(const KernelEntry &kernel, const ValidCall &call, const KernelArgs &built, rope_report *report,
                      CallContext &context) {
     KernelArgs args = built;
+    SharedArgs shared = *built.shared;
+    args.shared = &shared;
     if (const rope_status status = launch_status(kernel, launch(kernel, call, args, &context), context, report, false);
         status != ROPE_OK) {
         return status;
@@ -916,8 +918,7 @@ struct rope_plan {
     ropegen::ValidCall ready_call;  // `validated` made ready for `kernel`, unless validate_every_run
     ropegen::ReadyCall ready{&ready_call};
     // The kernel's arguments (one per part of a decode step, else one, all sharing `shared`),
-    // unless the call is run in slices (run) or validate_every_run. Runs copy them; `shared`,
-    // inputs only, the kernels read without writing.
+    // unless the call is run in slices (run) or validate_every_run. Runs copy them.
     std::optional<ropegen::SharedArgs> shared;
     std::vector<ropegen::KernelArgs> args;
 };

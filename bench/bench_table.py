@@ -112,38 +112,37 @@ def inverse(value):
     return 1 / value if value else None
 
 
-def rope_table(results):
-    lines = ["| shape | dtype | style | source | threads | kernel | time | GB/s | vs memcpy | vs scalar |",
-             "|---|---|---|---|---|---|---:|---:|---:|---:|"]
-    for run in results.of_kind("rope"):
-        # scalar_ratio: cache-source rows only (the scalar loop reads the cache).
-        lines.append(f"| {run['shape']} | {run['dtype']} | {run['style']} | {run['source']} | {run['threads']} "
-                     f"| `{run['label']}` | {fmt_time(run['seconds'])} | {fmt(run['gbps'], 1)} "
-                     f"| {fmt(run['memcpy_ratio'])} | {fmt(run['scalar_ratio'])} |")
+def case_table(runs, counters, extra=lambda run: []):
+    """A row per run of a library call: its case, kernel, time and GB/s, then `counters` (header,
+    field) and the cells `extra(run)` adds after them (their headers last in `counters`)."""
+    headers = ["shape", "dtype", "style", "source", "threads", "kernel", "time", "GB/s", *(h for h, _ in counters)]
+    lines = ["| " + " | ".join(headers) + " |", "|---|---|---|---|---|---|" + "---:|" * (len(headers) - 6)]
+    for run in runs:
+        cells = [run["shape"], run["dtype"], run["style"], run["source"], run["threads"], f"`{run['label']}`",
+                 fmt_time(run["seconds"]), fmt(run["gbps"], 1), *(fmt(run[f]) for _, f in counters if f), *extra(run)]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return lines
+
+
+def rope_table(results):
+    # scalar_ratio: cache-source rows only (the scalar loop reads the cache).
+    return case_table(results.of_kind("rope"), [("vs memcpy", "memcpy_ratio"), ("vs scalar", "scalar_ratio")])
 
 
 def in_place_table(results):
-    lines = ["| shape | dtype | style | source | threads | kernel | time | GB/s | vs memcpy (out of place) | vs rewrite "
-             "| vs scalar in place | in place / out of place |",
-             "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
-    for run in results.of_kind("rope_inplace"):
+    def in_place_over_out_of_place(run):
         out_of_place = results.find("rope", run)
-        lines.append(f"| {run['shape']} | {run['dtype']} | {run['style']} | {run['source']} | {run['threads']} "
-                     f"| `{run['label']}` | {fmt_time(run['seconds'])} | {fmt(run['gbps'], 1)} "
-                     f"| {fmt(run['memcpy_ratio'])} | {fmt(run['rewrite_ratio'])} | {fmt(run['scalar_ratio'])} "
-                     f"| {fmt(ratio(run['seconds'], out_of_place['seconds'] if out_of_place else None))} |")
-    return lines
+        return [fmt(ratio(run["seconds"], out_of_place["seconds"] if out_of_place else None))]
+
+    return case_table(results.of_kind("rope_inplace"),
+                      [("vs memcpy (out of place)", "memcpy_ratio"), ("vs rewrite", "rewrite_ratio"),
+                       ("vs scalar in place", "scalar_ratio"), ("in place / out of place", None)],
+                      in_place_over_out_of_place)
 
 
 def plan_table(results):
-    lines = ["| shape | dtype | style | source | threads | kernel | time | GB/s | vs memcpy | vs scalar | vs rope_dispatch |",
-             "|---|---|---|---|---|---|---:|---:|---:|---:|---:|"]
-    for run in results.of_kind("rope_plan"):
-        lines.append(f"| {run['shape']} | {run['dtype']} | {run['style']} | {run['source']} | {run['threads']} "
-                     f"| `{run['label']}` | {fmt_time(run['seconds'])} | {fmt(run['gbps'], 1)} "
-                     f"| {fmt(run['memcpy_ratio'])} | {fmt(run['scalar_ratio'])} | {fmt(run['dispatch_ratio'])} |")
-    return lines
+    return case_table(results.of_kind("rope_plan"), [("vs memcpy", "memcpy_ratio"), ("vs scalar", "scalar_ratio"),
+                                                     ("vs rope_dispatch", "dispatch_ratio")])
 
 
 def baseline_table(results):

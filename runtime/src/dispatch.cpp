@@ -838,6 +838,15 @@ rope_status resolve_target(const ValidCall &call, Target *target, CudaTarget *cu
 #endif
 }
 
+// Validates the call (begin) and resolves where it runs.
+rope_status begin_on_target(const rope_params *params, rope_report *report, ValidCall *call, Target *target,
+                            CudaTarget *cuda, PositionRule *position_rule = nullptr) {
+    if (const rope_status status = begin(params, report, call, position_rule); status != ROPE_OK) {
+        return status;
+    }
+    return resolve_target(*call, target, cuda, report);
+}
+
 std::string no_kernel_message(const Target &target) {
     if (target.device == ROPE_DEVICE_CUDA) {
         return "no CUDA kernel built for this call runs on compute capability " + std::to_string(target.capability / 10) +
@@ -854,13 +863,9 @@ std::string no_kernel_message(const Target &target) {
 
 rope_status dispatch_call(const rope_params *params, rope_report *report, bool execute) {
     ValidCall call;
-    rope_status status = begin(params, report, &call);
-    if (status != ROPE_OK) {
-        return status;
-    }
     Target target;
     CudaTarget cuda;
-    if (status = resolve_target(call, &target, &cuda, report); status != ROPE_OK) {
+    if (const rope_status status = begin_on_target(params, report, &call, &target, &cuda); status != ROPE_OK) {
         return status;
     }
     const KernelEntry *kernel = select_kernel(call, target);
@@ -938,13 +943,10 @@ rope_status create_plan(const rope_params *params, rope_plan **out, rope_report 
         return finish(report, ROPE_ERR_INTERNAL,
                       "out of memory: could not allocate a rope_plan (" + std::to_string(sizeof(rope_plan)) + " bytes)");
     }
-    rope_status status = begin(params, report, &plan->validated, &plan->positions);
-    if (status != ROPE_OK) {
-        return status;
-    }
     Target target;
     CudaTarget cuda;
-    if (status = resolve_target(plan->validated, &target, &cuda, report); status != ROPE_OK) {
+    if (const rope_status status = begin_on_target(params, report, &plan->validated, &target, &cuda, &plan->positions);
+        status != ROPE_OK) {
         return status;
     }
     plan->kernel = select_kernel(plan->validated, target);
@@ -980,13 +982,10 @@ rope_status run_plan(const rope_plan *plan, rope_report *report) {
     }
     if (plan->validate_every_run) {
         ValidCall call;
-        rope_status status = begin(&plan->validated.params, report, &call);
-        if (status != ROPE_OK) {
-            return status;
-        }
         Target target;
         CudaTarget cuda;
-        if (status = resolve_target(call, &target, &cuda, report); status != ROPE_OK) {
+        if (const rope_status status = begin_on_target(&plan->validated.params, report, &call, &target, &cuda);
+            status != ROPE_OK) {
             return status;
         }
         set_report_kernel(report, plan->kernel->name);

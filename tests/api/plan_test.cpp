@@ -19,17 +19,12 @@ namespace {
 
 using PlanPtr = std::unique_ptr<rope_plan, void (*)(rope_plan *)>;
 
-PlanPtr make_plan(const rope_params *params, rope_report *report, rope_status *status) {
-    rope_plan *plan = nullptr;
-    *status = rope_plan_create(params, &plan, report);
-    return PlanPtr(plan, rope_plan_destroy);
-}
-
 // A plan of the call, run once: the runner expect_correct judges.
 Runner plan_runner() {
     return [](const rope_params *params, rope_report *report) {
-        rope_status status = ROPE_OK;
-        const PlanPtr plan = make_plan(params, report, &status);
+        rope_plan *made = nullptr;
+        const rope_status status = rope_plan_create(params, &made, report);
+        const PlanPtr plan(made, rope_plan_destroy);
         return status != ROPE_OK ? status : rope_plan_run(plan.get(), report);
     };
 }
@@ -159,16 +154,28 @@ struct DecodeBuffers {
     }
 };
 
+// A plan of DecodeBuffers' call (`params`, which a test may change before make_plan).
+class DecodePlan : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 64);
+    }
+    void make_plan() {
+        rope_plan *made = nullptr;
+        ASSERT_EQ(rope_plan_create(&params, &made, &report), ROPE_OK) << report.message;
+        plan.reset(made);
+    }
+
+    DecodeBuffers buffers;
+    rope_params params = buffers.params();
+    rope_report report = rope_report_init();
+    PlanPtr plan{nullptr, rope_plan_destroy};
+};
+
 // The plan holds pointers, not contents: runs after q and the positions changed give what
 // rope_dispatch gives for the call then, bit for bit.
-TEST(Plan, ReadsTheContentsAtEveryRun) {
-    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 64);
-    DecodeBuffers buffers;
-    const rope_params params = buffers.params();
-    rope_report report = rope_report_init();
-    rope_status status = ROPE_OK;
-    const PlanPtr plan = make_plan(&params, &report, &status);
-    ASSERT_EQ(status, ROPE_OK) << report.message;
+TEST_F(DecodePlan, ReadsTheContentsAtEveryRun) {
+    ASSERT_NO_FATAL_FAILURE(make_plan());
     for (int step = 0; step < 3; step++) {
         SCOPED_TRACE(step);
         for (size_t b = 0; b < buffers.positions.size(); b++) {
@@ -186,14 +193,9 @@ TEST(Plan, ReadsTheContentsAtEveryRun) {
 
 // A position that left the cache since the plan was made is refused at the run, as rope_dispatch
 // refuses it (same status and message), with the outputs untouched.
-TEST(Plan, ChecksPositionsAtEveryRun) {
-    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 64);
-    DecodeBuffers buffers;
-    const rope_params params = buffers.params();
-    rope_report report = rope_report_init(), expected = rope_report_init();
-    rope_status status = ROPE_OK;
-    const PlanPtr plan = make_plan(&params, &report, &status);
-    ASSERT_EQ(status, ROPE_OK) << report.message;
+TEST_F(DecodePlan, ChecksPositionsAtEveryRun) {
+    ASSERT_NO_FATAL_FAILURE(make_plan());
+    rope_report expected = rope_report_init();
     for (int32_t bad : {static_cast<int32_t>(DecodeBuffers::kCacheLen), -1}) {
         SCOPED_TRACE(bad);
         buffers.positions[5] = bad;
@@ -209,18 +211,13 @@ TEST(Plan, ChecksPositionsAtEveryRun) {
 
 // A call whose validation reads a table besides positions (here the scaling's inv_freq) is
 // validated whole at every run: a value made invalid after the plan is refused.
-TEST(Plan, ValidatesCallsThatReadTablesWhole) {
+TEST_F(DecodePlan, ValidatesCallsThatReadTablesWhole) {
     ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_COMPAT, ROPE_DTYPE_F32, 64);
-    DecodeBuffers buffers;
-    rope_params params = buffers.params();
-    params.angles.source = ROPE_SOURCE_COMPAT;
     std::vector<float> inv_freq(DecodeBuffers::kPairs, 0.5f);
+    params.angles.source = ROPE_SOURCE_COMPAT;
     params.scaling.type = ROPE_SCALING_INV_FREQ;
     params.scaling.inv_freq = inv_freq.data();
-    rope_report report = rope_report_init();
-    rope_status status = ROPE_OK;
-    const PlanPtr plan = make_plan(&params, &report, &status);
-    ASSERT_EQ(status, ROPE_OK) << report.message;
+    ASSERT_NO_FATAL_FAILURE(make_plan());
     ASSERT_EQ(rope_plan_run(plan.get(), &report), ROPE_OK) << report.message;
     inv_freq[3] = std::numeric_limits<float>::quiet_NaN();
     const std::vector<float> before = buffers.q_out;
@@ -256,20 +253,15 @@ TEST(Plan, RefusesWhatDispatchRefuses) {
 
 // The kernel is chosen when the plan is made: a cap set later changes rope_query's choice, not
 // the plan's.
-TEST(Plan, KeepsItsKernelWhenTheCapChanges) {
-    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 64);
-    DecodeBuffers buffers;
-    const rope_params params = buffers.params();
-    rope_report report = rope_report_init(), query = rope_report_init();
-    rope_status status = ROPE_OK;
-    const PlanPtr plan = make_plan(&params, &report, &status);
-    ASSERT_EQ(status, ROPE_OK) << report.message;
+TEST_F(DecodePlan, KeepsItsKernelWhenTheCapChanges) {
+    ASSERT_NO_FATAL_FAILURE(make_plan());
     const std::string planned = report.kernel;
     const rope_isa baseline = isa_levels().back();
     if (rope_active_isa() == baseline) {
         GTEST_SKIP() << "the active ISA level is already this architecture's baseline: no lower cap to set";
     }
     ASSERT_EQ(rope_set_max_isa(baseline), ROPE_OK);
+    rope_report query = rope_report_init();
     const rope_status queried = rope_query(&params, &query);
     const rope_status ran = rope_plan_run(plan.get(), &report);
     ASSERT_EQ(rope_set_max_isa(ROPE_ISA_NONE), ROPE_OK);

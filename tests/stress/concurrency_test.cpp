@@ -201,6 +201,51 @@ TEST_F(ConcurrencyTest, CallsSharingTheirInputsMatchSerialResults) {
     }
 }
 
+// Plans made and run on many threads at once, over one call's inputs and tables, each thread's
+// plan with its own outputs and thread count, run three times: every run gives the serial bits,
+// and runs of one plan share nothing a run writes (ThreadSanitizer sees the library's side).
+TEST_F(ConcurrencyTest, PlansRunOnManyThreadsMatchSerialResults) {
+    for (const KernelEntry *kernel : one_kernel_per_key()) {
+        if (kernel->source != ROPE_SOURCE_CACHE) {
+            continue;
+        }
+        CaseSpec spec = varied_cases(*kernel, 43).front();
+        const RopeCall shared(spec);  // its inputs and tables; never run itself
+        RopeCall serial(spec);
+        ASSERT_EQ(serial.run(dispatch_runner()), ROPE_OK) << serial.report().message;
+        const Outputs want = Outputs::of(serial);
+        Failures failures;
+        std::vector<std::thread> threads;
+        for (int thread = 0; thread < kCallerThreads; thread++) {
+            threads.emplace_back([&, thread] {
+                const Outputs mine{Tensor::make(spec.dtype, want.q.sizes(), spec.layout),
+                                   Tensor::make(spec.dtype, want.k.sizes(), spec.layout)};
+                rope_params params = shared.params();
+                params.q_out = mine.q.rope();
+                params.k_out = mine.k.rope();
+                params.num_threads = varied_num_threads()[thread % varied_num_threads().size()];
+                rope_report report = rope_report_init();
+                rope_plan *plan = nullptr;
+                rope_status status = rope_plan_create(&params, &plan, &report);
+                for (int run = 0; run < 3 && status == ROPE_OK; run++) {
+                    status = rope_plan_run(plan, &report);
+                }
+                rope_plan_destroy(plan);
+                if (status != ROPE_OK) {
+                    failures.add(std::string(kernel->name) + ": " + report.message);
+                } else if (!agree(mine.q, want.q, Agreement::Bits) || !agree(mine.k, want.k, Agreement::Bits)) {
+                    failures.add(std::string(report.kernel) + " num_threads=" + std::to_string(params.num_threads) +
+                                 ": a plan's outputs differ from the serial call");
+                }
+            });
+        }
+        for (std::thread &thread : threads) {
+            thread.join();
+        }
+        EXPECT_TRUE(failures.none()) << kernel->name;
+    }
+}
+
 // Two engines' runners swapped under running calls: a loop is always handed to the pool of the
 // runner it was set with, never to the other engine's pool.
 TEST_F(ConcurrencyTest, RunnerSwapsNeverMixOneEnginesFunctionWithAnothersPool) {

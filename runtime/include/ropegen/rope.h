@@ -409,8 +409,8 @@ rope_status rope_plan_create(const rope_params *params, rope_plan **plan, rope_r
  * and checked again at every run, before any output is written (a position out of range:
  * ROPE_ERR_POSITION_OUT_OF_RANGE, outputs untouched). A call whose validation reads other tables
  * of its memory (varlen cu_seqlens, mrope streams, LONGROPE or INV_FREQ scaling tables) and a
- * CUDA call are validated whole at every run. A run does not write the plan: several threads may
- * run one plan at once (they then write the same outputs).
+ * CUDA call are validated whole at every run. A run never writes the plan: plans may be made on
+ * one thread and run on others, several at once (runs of one plan write the same outputs).
  * @return as rope_dispatch(); ROPE_ERR_NULL_POINTER when plan is NULL.
  */
 rope_status rope_plan_run(const rope_plan *plan, rope_report *report);

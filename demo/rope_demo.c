@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The demo an engine would write: link libropegen.a, call rope_dispatch() on a Llama-3-8B-like
  * layer (32 q heads, 8 kv heads, head_dim 128) for a 4096-token prefill and a batch-8 decode
- * step, and print the kernel chosen, the max error against an fp64 reference and GB/s. */
+ * step (the decode step also as a plan, made once and run at every step), and print the kernel
+ * chosen, the max error against an fp64 reference and GB/s. */
 #define _POSIX_C_SOURCE 199309L
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@ typedef struct {
     int batch, seq;
     rope_source source;
     int64_t first_position; /* decode: each batch item at its own position */
+    int planned;            /* made once as a plan (rope_plan_create), run at every step (rope_plan_run) */
 } Scenario;
 
 static double now_seconds(void) {
@@ -107,17 +109,24 @@ static int run(const Scenario *sc, const float *cos_cache, const float *sin_cach
     p.angles.cos_cache = cos_cache, p.angles.sin_cache = sin_cache, p.angles.cache_len = CACHE_LEN;
 
     rope_report report = rope_report_init();
+    rope_plan *plan = NULL;
+    if (sc->planned && rope_plan_create(&p, &plan, &report) != ROPE_OK) {
+        fprintf(stderr, "%s: rope_plan_create failed: %s\n", sc->name, report.message);
+        return 1;
+    }
     double best = 1e30;
     for (int r = 0; r < REPEATS; r++) {
         const double start = now_seconds();
-        const rope_status status = rope_dispatch(&p, &report);
+        const rope_status status = plan ? rope_plan_run(plan, &report) : rope_dispatch(&p, &report);
         const double elapsed = now_seconds() - start;
         if (status != ROPE_OK) {
-            fprintf(stderr, "%s: rope_dispatch failed: %s: %s\n", sc->name, rope_status_string(status), report.message);
+            fprintf(stderr, "%s: %s failed: %s: %s\n", sc->name, plan ? "rope_plan_run" : "rope_dispatch",
+                    rope_status_string(status), report.message);
             return 1;
         }
         best = elapsed < best ? elapsed : best;
     }
+    rope_plan_destroy(plan);
     const double error = fmax(max_error(q, q_out, positions, tokens, Q_HEADS, cos_cache, sin_cache, sc->source),
                               max_error(k, k_out, positions, tokens, KV_HEADS, cos_cache, sin_cache, sc->source));
     const double bytes = 2.0 * (double)(q_elems + k_elems) * sizeof(float); /* read + write */
@@ -142,10 +151,11 @@ int main(void) {
     printf("ropegen %s (ABI %u): Llama-3-8B-like layer, f32, half style, q 32 heads, kv 8 heads, head_dim 128\n",
            rope_version_string(), (unsigned)rope_abi_version());
     const Scenario scenarios[] = {
-        {"prefill 4096 tok, cache", 1, 4096, ROPE_SOURCE_CACHE, 0},
-        {"prefill 4096 tok, compat", 1, 4096, ROPE_SOURCE_COMPAT, 0},
-        {"decode batch 8, cache", 8, 1, ROPE_SOURCE_CACHE, 4000},
-        {"decode batch 8, compat", 8, 1, ROPE_SOURCE_COMPAT, 4000},
+        {"prefill 4096 tok, cache", 1, 4096, ROPE_SOURCE_CACHE, 0, 0},
+        {"prefill 4096 tok, compat", 1, 4096, ROPE_SOURCE_COMPAT, 0, 0},
+        {"decode batch 8, cache", 8, 1, ROPE_SOURCE_CACHE, 4000, 0},
+        {"decode batch 8, compat", 8, 1, ROPE_SOURCE_COMPAT, 4000, 0},
+        {"decode batch 8, plan", 8, 1, ROPE_SOURCE_CACHE, 4000, 1},
     };
     int failures = 0;
     for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {

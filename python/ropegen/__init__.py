@@ -530,9 +530,9 @@ class PreparedRope:
             raise RopeError(status, self._report.message.decode())
         _mark_written(self._written)
 
-    def __del__(self):
+    def __del__(self, _destroy=_lib.rope_plan_destroy):  # bound now: module globals may be gone at exit
         if getattr(self, "_plan", None):
-            _lib.rope_plan_destroy(self._plan)
+            _destroy(self._plan)
             self._plan = None
 
 

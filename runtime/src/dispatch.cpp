@@ -524,12 +524,13 @@ rope_status run(const KernelEntry &kernel, const ValidCall &call, const CudaTarg
                 KernelArgs args = slice_args(kernel, call, shared, slice, q_present, k_present);
                 int result = 0;
 #if ROPEGEN_CUDA
-                halide_buffer_t *buffers[] = {&args.q.input.raw,     &args.k.input.raw,          &args.positions.raw,
-                                              &shared.cos_table.raw, &shared.sin_table.raw, &shared.cos_narrow.raw,
-                                              &shared.sin_narrow.raw, &args.q.rotated.raw,    &args.q.lead.raw,
-                                              &args.q.tail.raw,      &args.k.rotated.raw,        &args.k.lead.raw,
-                                              &args.k.tail.raw,      &shared.short_factor.raw, &shared.long_factor.raw,
-                                              &shared.given_inv_freq.raw};
+                halide_buffer_t *buffers[] = {
+                    &args.q.input.raw,      &args.k.input.raw,         &args.positions.raw,
+                    &shared.cos_table.raw,  &shared.sin_table.raw,     &shared.cos_narrow.raw,
+                    &shared.sin_narrow.raw, &args.q.rotated.raw,       &args.q.lead.raw,
+                    &args.q.tail.raw,       &args.k.rotated.raw,       &args.k.lead.raw,
+                    &args.k.tail.raw,       &shared.short_factor.raw,  &shared.long_factor.raw,
+                    &shared.given_inv_freq.raw};
                 for (halide_buffer_t *buffer : buffers) {
                     result = on_device && result == 0 ? attach_device_memory(&context, buffer) : result;
                 }
@@ -781,7 +782,8 @@ void prepare_call(const KernelEntry &kernel, ReadyCall *ready) {
     }
     use_cached_inv_freq(kernel, call);
     ready->threads = call_threads(call);
-    ready->decode_parts = foldable_decode_step(p) && fold_decode_batch(&call, ready->threads, &ready->scalar_position) && p.q.sizes[0] > 1;
+    ready->decode_parts = foldable_decode_step(p) && fold_decode_batch(&call, ready->threads, &ready->scalar_position) &&
+                          p.q.sizes[0] > 1;
 }
 
 // Runs `kernel` on a call prepare_call made ready: dense, varlen, or a decode step in parts;
@@ -914,7 +916,7 @@ rope_status run_one_kernel(const KernelEntry &kernel, const rope_params *params,
 }  // namespace ropegen
 
 // A call validated and resolved once (rope_plan_create), to run many times (rope_plan_run). A
-// run writes nothing here: several threads may run one plan.
+// run writes nothing here: several threads may run one plan at once.
 struct rope_plan {
     ropegen::ValidCall validated;  // as validated: its positions are checked against `positions` at every run
     ropegen::PositionRule positions;

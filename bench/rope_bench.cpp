@@ -532,7 +532,8 @@ enum class Entry { Dispatch, Plan };
 
 // The case's call on its buffers, out of place or in place. In place, every call rotates q
 // and k again: rotations keep the values finite, so the speed is unaffected, and the in-place
-// rows (with scalar_inplace's) run after the other rows of their workspace (register_all).
+// rows (with scalar_inplace's) run after the other rope rows of their workspace (register_all);
+// the plans' rows after them read the rotated inputs, which moves no time either.
 // The cache source's rows are paired with the scalar loop (in place with the in-place loop),
 // which reads the same cache; a plan's rows with rope_dispatch of the same call.
 void bm_rope(benchmark::State &state, const Case &c, bool in_place, Entry entry = Entry::Dispatch) {

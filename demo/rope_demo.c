@@ -122,6 +122,7 @@ static int run(const Scenario *sc, const float *cos_cache, const float *sin_cach
         if (status != ROPE_OK) {
             fprintf(stderr, "%s: %s failed: %s: %s\n", sc->name, plan ? "rope_plan_run" : "rope_dispatch",
                     rope_status_string(status), report.message);
+            rope_plan_destroy(plan);
             return 1;
         }
         best = elapsed < best ? elapsed : best;

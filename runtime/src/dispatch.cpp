@@ -773,7 +773,8 @@ struct ReadyCall {
     int64_t scalar_position = 0;
 };
 
-void prepare_call(const KernelEntry &kernel, ReadyCall *ready) {
+// `threads`: what call_threads gives the call (a plan's, as it was when the plan was made).
+void prepare_call(const KernelEntry &kernel, int threads, ReadyCall *ready) {
     ValidCall &call = *ready->call;
     const rope_params &p = call.params;
     if (p.q.sizes[0] == 0 || p.q.sizes[1] == 0 || (p.q.sizes[2] == 0 && (!call.has_k || p.k.sizes[2] == 0))) {
@@ -781,7 +782,7 @@ void prepare_call(const KernelEntry &kernel, ReadyCall *ready) {
         return;
     }
     use_cached_inv_freq(kernel, call);
-    ready->threads = call_threads(call);
+    ready->threads = threads;
     ready->decode_parts = foldable_decode_step(p) && fold_decode_batch(&call, ready->threads, &ready->scalar_position) &&
                           p.q.sizes[0] > 1;
 }
@@ -815,7 +816,7 @@ rope_status run_ready(const KernelEntry &kernel, const ReadyCall &ready, const C
 // does not read again), not in a copy of the whole call.
 rope_status run_call(const KernelEntry &kernel, ValidCall &call, const CudaTarget &cuda, rope_report *report) {
     ReadyCall ready(&call);
-    prepare_call(kernel, &ready);
+    prepare_call(kernel, call_threads(call), &ready);
     return run_ready(kernel, ready, cuda, report);
 }
 
@@ -916,16 +917,18 @@ rope_status run_one_kernel(const KernelEntry &kernel, const rope_params *params,
 }  // namespace ropegen
 
 // A call validated and resolved once (rope_plan_create), to run many times (rope_plan_run). A
-// run writes nothing here: several threads may run one plan at once.
+// run writes nothing here.
 struct rope_plan {
-    ropegen::ValidCall validated;  // as validated: its positions are checked against `positions` at every run
-    ropegen::PositionRule positions;
+    ropegen::ValidCall validated;  // as validated: its positions are checked against `position_rule` at every run
+    ropegen::PositionRule position_rule;
     bool validate_every_run = false;  // validation reads more than positions (validation_reads_positions_only)
     const ropegen::KernelEntry *kernel = nullptr;
+    int threads = 1;  // call_threads when the plan was made
     ropegen::ValidCall ready_call;  // `validated` made ready for `kernel`, unless validate_every_run
     ropegen::ReadyCall ready{&ready_call};
     // The kernel's arguments (one per part of a decode step, else one, all sharing `shared`),
-    // unless the call is run in slices (run) or validate_every_run. Runs copy them.
+    // unless the call is run in slices (run), has nothing to rotate or validate_every_run. Runs
+    // copy them.
     std::optional<ropegen::SharedArgs> shared;
     std::vector<ropegen::KernelArgs> args;
 };
@@ -942,12 +945,11 @@ rope_status create_plan(const rope_params *params, rope_plan **out, rope_report 
     std::unique_ptr<rope_plan> plan(new (std::nothrow) rope_plan);
     if (plan == nullptr) {
         clear_report(report);
-        return finish(report, ROPE_ERR_INTERNAL,
-                      "out of memory: could not allocate a rope_plan (" + std::to_string(sizeof(rope_plan)) + " bytes)");
+        return finish(report, ROPE_ERR_INTERNAL, "out of memory: could not allocate a rope_plan");
     }
     Target target;
     CudaTarget cuda;
-    if (const rope_status status = begin_on_target(params, report, &plan->validated, &target, &cuda, &plan->positions);
+    if (const rope_status status = begin_on_target(params, report, &plan->validated, &target, &cuda, &plan->position_rule);
         status != ROPE_OK) {
         return status;
     }
@@ -955,13 +957,13 @@ rope_status create_plan(const rope_params *params, rope_plan **out, rope_report 
     if (plan->kernel == nullptr) {
         return finish(report, ROPE_ERR_UNSUPPORTED, no_kernel_message(target));
     }
-    set_report_kernel(report, plan->kernel->name);
+    plan->threads = call_threads(plan->validated);
     plan->validate_every_run = !validation_reads_positions_only(plan->validated.params);
     if (!plan->validate_every_run) {
         plan->ready_call = plan->validated;
-        prepare_call(*plan->kernel, &plan->ready);
-        const bool(&sliced)[3] = axes_beyond_int32_strides(plan->ready_call).axis;
-        if (!plan->ready.nothing_to_rotate && !sliced[0] && !sliced[1] && !sliced[2]) {
+        prepare_call(*plan->kernel, plan->threads, &plan->ready);
+        const SlicedAxes sliced = axes_beyond_int32_strides(plan->ready_call);
+        if (!plan->ready.nothing_to_rotate && !sliced.axis[0] && !sliced.axis[1] && !sliced.axis[2]) {
             plan->shared.emplace(shared_args(plan->ready_call, &g_unused_input));
             const int64_t parts = plan->ready.decode_parts ? plan->ready_call.params.q.sizes[0] : 1;
             for (int64_t part = 0; part < parts; part++) {
@@ -973,6 +975,7 @@ rope_status create_plan(const rope_params *params, rope_plan **out, rope_report 
             }
         }
     }
+    set_report_kernel(report, plan->kernel->name);
     *out = plan.release();
     return finish(report, ROPE_OK, "");
 }
@@ -990,12 +993,21 @@ rope_status run_plan(const rope_plan *plan, rope_report *report) {
             status != ROPE_OK) {
             return status;
         }
+        // A CUDA call without a stream runs on the running thread's context, maybe another device.
+        if (plan->kernel->cuda_capability > target.capability) {
+            return finish(report, ROPE_ERR_UNSUPPORTED,
+                          std::string("the plan's kernel ") + plan->kernel->name + " needs compute capability " +
+                              std::to_string(plan->kernel->cuda_capability) + "; the device of this run has " +
+                              std::to_string(target.capability));
+        }
         set_report_kernel(report, plan->kernel->name);
-        return run_call(*plan->kernel, call, cuda, report);
+        ReadyCall ready(&call);
+        prepare_call(*plan->kernel, plan->threads, &ready);
+        return run_ready(*plan->kernel, ready, cuda, report);
     }
     clear_report(report);
     std::string message;
-    if (const rope_status status = validate_positions(plan->validated, plan->positions, &message); status != ROPE_OK) {
+    if (const rope_status status = validate_positions(plan->validated, plan->position_rule, &message); status != ROPE_OK) {
         return finish(report, status, message);
     }
     set_report_kernel(report, plan->kernel->name);

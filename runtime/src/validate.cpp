@@ -678,8 +678,8 @@ TableOverlap output_over_a_read_table(const ValidCall &call, const ByteRange (&r
 }  // namespace
 
 bool validation_reads_positions_only(const rope_params &p) {
-    return p.device == ROPE_DEVICE_CPU && p.varlen.cu_seqlens == nullptr && !uses_mrope(p) &&
-           p.scaling.type != ROPE_SCALING_LONGROPE && p.scaling.type != ROPE_SCALING_INV_FREQ;
+    return p.device == ROPE_DEVICE_CPU && p.varlen.cu_seqlens == nullptr && p.scaling.type != ROPE_SCALING_LONGROPE &&
+           p.scaling.type != ROPE_SCALING_INV_FREQ;
 }
 
 rope_status validate_positions(const ValidCall &call, const PositionRule &rule, std::string *message) {

@@ -52,12 +52,14 @@ CaseSpec decode_step(int64_t batch) {
     return c;
 }
 
-// Every way a call runs: the decode fold (in parts on several threads), a prefill, in place, packed QKV, the interleaved style,
-// computed sources, scaling with and without tables, position tables, a scalar offset, varlen
-// through positions, q without k; each correct, untouched outside its outputs, by the kernel
-// rope_query names.
+// Every way a call runs: the decode fold (in parts on several threads, with and without scratch,
+// a scalar offset folded into a table), a prefill, in place, packed QKV, the interleaved style,
+// computed sources, scaling with and without tables, mrope, position tables, a scalar offset,
+// q without k; each correct, untouched outside its outputs, by the kernel rope_query names.
 TEST(Plan, RunsWhatDispatchRuns) {
     ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 64);
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_INTERLEAVED, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 64);
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_COMPAT, ROPE_DTYPE_F32, 64);
     std::vector<CaseSpec> cases;
     cases.push_back(decode_step(8));
     cases.push_back(decode_step(1));
@@ -88,6 +90,15 @@ TEST(Plan, RunsWhatDispatchRuns) {
     yarn.scaling.factor = 4;
     yarn.scaling.original_max = 64;
     cases.push_back(yarn);
+    for (CaseSpec parts : {compat, yarn}) {  // parts whose kernels take scratch
+        parts.num_threads = 2;
+        cases.push_back(parts);
+    }
+    CaseSpec folded_offset = decode_step(8);  // one scalar offset, folded into a one-entry table
+    folded_offset.positions = PositionsSpec{};
+    folded_offset.positions.scalar_offset = 11;
+    folded_offset.num_threads = 2;
+    cases.push_back(folded_offset);
     CaseSpec inv_freq = compat;  // validated whole at every run: its table is read by validation
     inv_freq.scaling.type = ROPE_SCALING_INV_FREQ;
     for (int i = 0; i < 32; i++) {
@@ -111,6 +122,34 @@ TEST(Plan, RunsWhatDispatchRuns) {
         SCOPED_TRACE(c.describe());
         expect_correct(c, plan_runner(), queried_kernel(c).c_str());
     }
+}
+
+// A call with nothing to rotate makes a plan that runs and writes nothing; a run reports to a
+// NULL report or to an older, smaller one without writing it.
+TEST(Plan, EmptyCallsAndReports) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, 64);
+    RopeCall call(decode_step(4));
+    const Runner empty = [](const rope_params *params, rope_report *report) {
+        rope_params p = *params;
+        p.q.sizes[0] = p.q_out.sizes[0] = p.k.sizes[0] = p.k_out.sizes[0] = 0;
+        return plan_runner()(&p, report);
+    };
+    EXPECT_EQ(call.run(empty), ROPE_OK) << call.report().message;
+    EXPECT_TRUE(call.check_all_unchanged());
+    RopeCall quiet(decode_step(4));
+    const Runner without_report = [](const rope_params *params, rope_report *) { return plan_runner()(params, nullptr); };
+    EXPECT_EQ(quiet.run(without_report), ROPE_OK);
+    EXPECT_TRUE(quiet.check_outputs());
+    RopeCall older(decode_step(4));
+    const Runner small_report = [](const rope_params *params, rope_report *) {
+        rope_report report = rope_report_init();
+        report.struct_size = 8;  // a caller's report from before the fields the library writes
+        report.status = static_cast<rope_status>(77);
+        const rope_status status = plan_runner()(params, &report);
+        return report.status == static_cast<rope_status>(77) ? status : ROPE_ERR_INTERNAL;
+    };
+    EXPECT_EQ(older.run(small_report), ROPE_OK);
+    EXPECT_TRUE(older.check_outputs());
 }
 
 // Buffers of a decode step the test owns, to change what the plan's memory holds between runs.
@@ -223,6 +262,46 @@ TEST_F(DecodePlan, ValidatesCallsThatReadTablesWhole) {
     const std::vector<float> before = buffers.q_out;
     EXPECT_EQ(rope_plan_run(plan.get(), &report), ROPE_ERR_BAD_VALUE);
     EXPECT_NE(std::strstr(report.message, "scaling.inv_freq[3]"), nullptr) << report.message;
+    EXPECT_EQ(buffers.q_out, before);
+}
+
+// A varlen call is validated whole at every run: cu_seqlens broken after the plan is refused.
+TEST_F(DecodePlan, ValidatesVarlenCallsWhole) {
+    const int64_t tokens = DecodeBuffers::kBatch;
+    for (rope_tensor *t : {&params.q, &params.q_out}) {  // THD: [1, total tokens, heads, head_dim]
+        t->sizes[0] = 1;
+        t->sizes[1] = tokens;
+        t->strides[0] = tokens * t->strides[1];
+    }
+    std::vector<int32_t> cu_seqlens{0, 3, static_cast<int32_t>(tokens)};
+    params.varlen.cu_seqlens = cu_seqlens.data();
+    params.varlen.num_seqs = 2;
+    params.positions.kind = ROPE_POSITIONS_OFFSET;  // an offset per sequence
+    ASSERT_NO_FATAL_FAILURE(make_plan());
+    ASSERT_EQ(rope_plan_run(plan.get(), &report), ROPE_OK) << report.message;
+    cu_seqlens[1] = static_cast<int32_t>(tokens) + 1;
+    const std::vector<float> before = buffers.q_out;
+    EXPECT_EQ(rope_plan_run(plan.get(), &report), ROPE_ERR_BAD_SHAPE);
+    EXPECT_NE(std::strstr(report.message, "varlen.cu_seqlens["), nullptr) << report.message;
+    EXPECT_EQ(buffers.q_out, before);
+}
+
+// mrope's height and width streams are positions: checked at every run like the first stream.
+TEST_F(DecodePlan, ChecksMropeStreamsAtEveryRun) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_COMPAT, ROPE_DTYPE_F32, 64);
+    std::vector<int32_t> streams(3 * DecodeBuffers::kBatch, 5);
+    params.angles.source = ROPE_SOURCE_COMPAT;
+    params.positions.data = streams.data();
+    params.mrope.sections[0] = 16;
+    params.mrope.sections[1] = 8;
+    params.mrope.sections[2] = 8;
+    params.mrope.stream_stride = DecodeBuffers::kBatch;
+    ASSERT_NO_FATAL_FAILURE(make_plan());
+    ASSERT_EQ(rope_plan_run(plan.get(), &report), ROPE_OK) << report.message;
+    streams[2 * DecodeBuffers::kBatch + 3] = -1;
+    const std::vector<float> before = buffers.q_out;
+    EXPECT_EQ(rope_plan_run(plan.get(), &report), ROPE_ERR_POSITION_OUT_OF_RANGE);
+    EXPECT_NE(std::strstr(report.message, "mrope stream 2"), nullptr) << report.message;
     EXPECT_EQ(buffers.q_out, before);
 }
 

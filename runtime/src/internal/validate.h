@@ -70,9 +70,9 @@ struct PositionRule {
 rope_status validate(const rope_params *params, ValidCall *call, std::string *message,
                      PositionRule *position_rule = nullptr);
 
-/// True when validation reads no memory of the call but its positions (a CPU call without varlen
-/// cu_seqlens, mrope streams or a scaling's per-pair tables): a valid call stays valid, whatever
-/// its memory holds, while its positions keep to the bound validation gave.
+/// True when validation reads no memory of the call but its positions, mrope's streams included
+/// (a CPU call without varlen cu_seqlens or a scaling's per-pair tables): a valid call stays
+/// valid, whatever its memory holds, while its positions keep to the bound validation gave.
 bool validation_reads_positions_only(const rope_params &params);
 
 /// Checks the positions of a call that passed validation (and gave `rule`) again: their values

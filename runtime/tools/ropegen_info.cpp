@@ -367,6 +367,9 @@ Node call_node(const CallShape &shape) {
             why = kernel.in_place_calls ? std::string("passed over: for calls in place (q_out = q, k_out = k)")
                                         : "passed over: for calls moving at least " + std::to_string(kernel.min_call_bytes) +
                                               " bytes" + moved;
+        } else if (kernel.isa <= rope_active_isa() && !ropegen::pair_words_fit(kernel, params)) {
+            why = "passed over: stores its 16-bit lanes as 32-bit words, and the outputs are not 4-byte aligned with "
+                  "even strides";
         } else if (kernel.isa > ropegen::detected_isa()) {
             why = std::string("passed over: needs ") + ropegen::isa_name(kernel.isa) + "; this CPU's best is " +
                   ropegen::isa_name(ropegen::detected_isa());

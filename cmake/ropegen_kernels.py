@@ -236,14 +236,18 @@ def _load_entries(path, target, tuned):
         first[key] = index
         complete = all(value == "*" for value in match.values())
         _check_params(f"{where}.params", entry["params"], complete=complete, gpu=target.startswith("cuda-"))
-        for knob, style, plain in PAIR_WORDS_KNOBS:
-            matched = (dict(zip(MATCH_KEYS, values)) for values in itertools.product(*MATCH_KEYS.values()))
-            if entry["params"].get(knob) == "words" and not any(
-                    key["style"] == style and stores_pair_words(key, {knob: "words"})
-                    for key in matched if all(match[k] in ("*", key[k]) for k in MATCH_KEYS)):
-                raise ScheduleError(f"{where}.params.{knob}: \"words\" is read by fixed head_dim f16 and bf16 kernels of "
-                                    f"the {style} style only, which this entry's match excludes (for its kernels it would "
-                                    f"mean {json.dumps(plain)}); set it there, or drop it")
+        # The entry's own knobs and its call classes' (`words` there makes a twin, dropped, of a
+        # kernel that cannot store words).
+        for params_where, params in [(f"{where}.params", entry["params"])] + [
+                (f"{where}.params.{name}", entry["params"][name]) for name in CALL_CLASSES if name in entry["params"]]:
+            for knob, style, plain in PAIR_WORDS_KNOBS:
+                matched = (dict(zip(MATCH_KEYS, values)) for values in itertools.product(*MATCH_KEYS.values()))
+                if params.get(knob) == "words" and not any(
+                        key["style"] == style and stores_pair_words(key, {knob: "words"})
+                        for key in matched if all(match[k] in ("*", key[k]) for k in MATCH_KEYS)):
+                    raise ScheduleError(f"{params_where}.{knob}: \"words\" is read by fixed head_dim f16 and bf16 kernels "
+                                        f"of the {style} style only, which this entry's match excludes (for its kernels "
+                                        f"it would mean {json.dumps(plain)}); set it there, or drop it")
         entries.append((where, match, entry["params"]))
     return doc, entries
 

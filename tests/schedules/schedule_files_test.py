@@ -377,6 +377,16 @@ class DefaultFileRulesTest(unittest.TestCase):
                 last = len(self.doc["kernels"]) - 1
                 self.assert_rejected(self.write(), f'kernels[{last}].params.{knob}: "words" is read by fixed head_dim',
                                      "which this entry's match excludes")
+        # Inside a call class too, where it would make a twin of the kernel, which is dropped.
+        for name in rk.CALL_CLASSES:
+            with self.subTest(call_class=name):
+                self.doc = json.loads((REPO / "schedules" / f"{TARGET}.json").read_text())
+                self.doc["kernels"].append({"match": {**dict.fromkeys(rk.MATCH_KEYS, "*"), "dtype": "f32"},
+                                            "params": {name: {"half_rotation": "words",
+                                                              **({"from_bytes": 1 << 25} if name == rk.LARGE_CALLS else {})}}})
+                last = len(self.doc["kernels"]) - 1
+                self.assert_rejected(self.write(), f'kernels[{last}].params.{name}.half_rotation: "words" is read by '
+                                     "fixed head_dim", "which this entry's match excludes")
 
     def test_conflicts_anywhere_in_the_key_grid(self):
         # Equally specific, both set vector_pairs, and both match only the interleaved f16 kernels.

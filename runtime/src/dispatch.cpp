@@ -407,11 +407,16 @@ KernelArgs slice_args(const KernelEntry &kernel, const ValidCall &call, SharedAr
     return args;
 }
 
-// The arguments of a CPU call whose strides all fit Halide's (one slice: the whole call).
-KernelArgs whole_call_args(const KernelEntry &kernel, const ValidCall &call, SharedArgs &shared) {
-    const rope_params &p = call.params;
-    const Slice whole{{0, 0, 0}, {p.q.sizes[0], p.q.sizes[1], -1}};
-    return slice_args(kernel, call, shared, whole, true, call.has_k);
+// True when no axis of the call needs slicing on the CPU (axes_beyond_int32_strides).
+bool unsliced(const ValidCall &call) {
+    const SlicedAxes sliced = axes_beyond_int32_strides(call);
+    return !sliced.axis[0] && !sliced.axis[1] && !sliced.axis[2];
+}
+
+// The arguments of the kernel run over batch items [first, first + count) of an unsliced CPU call.
+KernelArgs items_args(const KernelEntry &kernel, const ValidCall &call, SharedArgs &shared, int64_t first, int64_t count) {
+    const Slice items{{first, 0, 0}, {count, call.params.q.sizes[1], -1}};
+    return slice_args(kernel, call, shared, items, true, call.has_k);
 }
 
 // Runs the kernel on `args` (Halide's status; a failure inside it is in `context`).
@@ -962,16 +967,15 @@ rope_status create_plan(const rope_params *params, rope_plan **out, rope_report 
     if (!plan->validate_every_run) {
         plan->ready_call = plan->validated;
         prepare_call(*plan->kernel, plan->threads, &plan->ready);
-        const SlicedAxes sliced = axes_beyond_int32_strides(plan->ready_call);
-        if (!plan->ready.nothing_to_rotate && !sliced.axis[0] && !sliced.axis[1] && !sliced.axis[2]) {
+        if (!plan->ready.nothing_to_rotate && unsliced(plan->ready_call)) {
             plan->shared.emplace(shared_args(plan->ready_call, &g_unused_input));
-            const int64_t parts = plan->ready.decode_parts ? plan->ready_call.params.q.sizes[0] : 1;
-            for (int64_t part = 0; part < parts; part++) {
-                ValidCall one = plan->ready_call;
-                if (plan->ready.decode_parts) {
-                    narrow_axis(&one, 0, part, 1);
+            const int64_t batch = plan->ready_call.params.q.sizes[0];
+            if (plan->ready.decode_parts) {  // a part per batch item of the folded call
+                for (int64_t part = 0; part < batch; part++) {
+                    plan->args.push_back(items_args(*plan->kernel, plan->ready_call, *plan->shared, part, 1));
                 }
-                plan->args.push_back(whole_call_args(*plan->kernel, one, *plan->shared));
+            } else {
+                plan->args.push_back(items_args(*plan->kernel, plan->ready_call, *plan->shared, 0, batch));
             }
         }
     }

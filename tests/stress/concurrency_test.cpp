@@ -163,42 +163,75 @@ TEST_F(ConcurrencyTest, CallsRacingSettingChangesMatchSerialResults) {
     EXPECT_TRUE(failures.none());
 }
 
-// Engines share one cos/sin cache and read the same activations from many threads: calls that
-// read the same inputs at once, each writing outputs of its own, all give the serial bits.
-TEST_F(ConcurrencyTest, CallsSharingTheirInputsMatchSerialResults) {
+// A caller thread's call on `shared`'s inputs and tables: outputs of its own, shaped as `want`,
+// and one of the varied thread counts.
+struct ThreadCall {
+    Outputs out;
+    rope_params params;
+
+    ThreadCall(const RopeCall &shared, const Outputs &want, int thread)
+        : out{Tensor::make(shared.spec().dtype, want.q.sizes(), shared.spec().layout),
+              Tensor::make(shared.spec().dtype, want.k.sizes(), shared.spec().layout)},
+          params(shared.params()) {
+        params.q_out = out.q.rope();
+        params.k_out = out.k.rope();
+        params.num_threads = varied_num_threads()[thread % varied_num_threads().size()];
+    }
+    bool gives(const Outputs &want) const {
+        return agree(out.q, want.q, Agreement::Bits) && agree(out.k, want.k, Agreement::Bits);
+    }
+    // Records what the call of `kernel` got wrong, if anything: its status, or other bits than `want`.
+    void check(rope_status status, const rope_report &report, const KernelEntry &kernel, const Outputs &want,
+               Failures &failures) const {
+        if (status != ROPE_OK) {
+            failures.add(std::string(kernel.name) + ": " + report.message);
+        } else if (!gives(want)) {
+            failures.add(std::string(report.kernel) + " num_threads=" + std::to_string(params.num_threads) +
+                         ": outputs differ from the serial call");
+        }
+    }
+};
+
+// Runs fn(thread) on kCallerThreads threads at once.
+template <typename Fn>
+void on_caller_threads(Fn fn) {
+    std::vector<std::thread> threads;
+    for (int thread = 0; thread < kCallerThreads; thread++) {
+        threads.emplace_back(fn, thread);
+    }
+    for (std::thread &thread : threads) {
+        thread.join();
+    }
+}
+
+// For every cache-source key, a call of its varied cases (`seed`) whose inputs and tables the
+// caller threads share (`shared`, never run itself), and the serial outputs of the key's kernel.
+template <typename Body>
+void for_each_shared_call(uint64_t seed, Body body) {
     for (const KernelEntry *kernel : one_kernel_per_key()) {
         if (kernel->source != ROPE_SOURCE_CACHE) {
             continue;
         }
-        CaseSpec spec = varied_cases(*kernel, 41).front();
-        const RopeCall shared(spec);  // its inputs and tables; never run itself
+        const CaseSpec spec = varied_cases(*kernel, seed).front();
+        const RopeCall shared(spec);
         RopeCall serial(spec);
         ASSERT_EQ(serial.run(kernel_runner(*kernel)), ROPE_OK) << serial.report().message;
-        const Outputs want = Outputs::of(serial);
-        Failures failures;
-        std::vector<std::thread> threads;
-        for (int thread = 0; thread < kCallerThreads; thread++) {
-            threads.emplace_back([&, thread] {
-                const Outputs mine{Tensor::make(spec.dtype, want.q.sizes(), spec.layout),
-                                   Tensor::make(spec.dtype, want.k.sizes(), spec.layout)};
-                rope_params params = shared.params();
-                params.q_out = mine.q.rope();
-                params.k_out = mine.k.rope();
-                params.num_threads = varied_num_threads()[thread % varied_num_threads().size()];
-                rope_report report = rope_report_init();
-                if (run_kernel(*kernel, &params, &report) != ROPE_OK) {
-                    failures.add(std::string(kernel->name) + ": " + report.message);
-                } else if (!agree(mine.q, want.q, Agreement::Bits) || !agree(mine.k, want.k, Agreement::Bits)) {
-                    failures.add(std::string(kernel->name) + " num_threads=" + std::to_string(params.num_threads) +
-                                 ": outputs differ from the serial call");
-                }
-            });
-        }
-        for (std::thread &thread : threads) {
-            thread.join();
-        }
-        EXPECT_TRUE(failures.none()) << kernel->name;
+        body(*kernel, shared, Outputs::of(serial));
     }
+}
+
+// Engines share one cos/sin cache and read the same activations from many threads: calls that
+// read the same inputs at once, each writing outputs of its own, all give the serial bits.
+TEST_F(ConcurrencyTest, CallsSharingTheirInputsMatchSerialResults) {
+    for_each_shared_call(41, [](const KernelEntry &kernel, const RopeCall &shared, const Outputs &want) {
+        Failures failures;
+        on_caller_threads([&](int thread) {
+            ThreadCall mine(shared, want, thread);
+            rope_report report = rope_report_init();
+            mine.check(run_kernel(kernel, &mine.params, &report), report, kernel, want, failures);
+        });
+        EXPECT_TRUE(failures.none()) << kernel.name;
+    });
 }
 
 // Plans made and run on many threads at once, over one call's inputs and tables, each thread's
@@ -206,66 +239,33 @@ TEST_F(ConcurrencyTest, CallsSharingTheirInputsMatchSerialResults) {
 // at once: every run gives the serial bits, and a run writes nothing of the plan (ThreadSanitizer
 // sees the library's side; the generated kernels' stores of the same bits are not instrumented).
 TEST_F(ConcurrencyTest, PlansRunOnManyThreadsMatchSerialResults) {
-    for (const KernelEntry *kernel : one_kernel_per_key()) {
-        if (kernel->source != ROPE_SOURCE_CACHE) {
-            continue;
-        }
-        CaseSpec spec = varied_cases(*kernel, 43).front();
-        const RopeCall shared(spec);  // its inputs and tables; never run itself
-        RopeCall serial(spec);
-        ASSERT_EQ(serial.run(dispatch_runner()), ROPE_OK) << serial.report().message;
-        const Outputs want = Outputs::of(serial);
+    for_each_shared_call(43, [](const KernelEntry &kernel, const RopeCall &shared, const Outputs &want) {
         Failures failures;
-        std::vector<std::thread> threads;
-        for (int thread = 0; thread < kCallerThreads; thread++) {
-            threads.emplace_back([&, thread] {
-                const Outputs mine{Tensor::make(spec.dtype, want.q.sizes(), spec.layout),
-                                   Tensor::make(spec.dtype, want.k.sizes(), spec.layout)};
-                rope_params params = shared.params();
-                params.q_out = mine.q.rope();
-                params.k_out = mine.k.rope();
-                params.num_threads = varied_num_threads()[thread % varied_num_threads().size()];
-                rope_report report = rope_report_init();
-                rope_plan *plan = nullptr;
-                rope_status status = rope_plan_create(&params, &plan, &report);
-                for (int run = 0; run < 3 && status == ROPE_OK; run++) {
-                    status = rope_plan_run(plan, &report);
-                }
-                rope_plan_destroy(plan);
-                if (status != ROPE_OK) {
-                    failures.add(std::string(kernel->name) + ": " + report.message);
-                } else if (!agree(mine.q, want.q, Agreement::Bits) || !agree(mine.k, want.k, Agreement::Bits)) {
-                    failures.add(std::string(report.kernel) + " num_threads=" + std::to_string(params.num_threads) +
-                                 ": a plan's outputs differ from the serial call");
-                }
-            });
-        }
-        for (std::thread &thread : threads) {
-            thread.join();
-        }
-        threads.clear();
-        const Outputs one{Tensor::make(spec.dtype, want.q.sizes(), spec.layout), Tensor::make(spec.dtype, want.k.sizes(), spec.layout)};
-        rope_params params = shared.params();
-        params.q_out = one.q.rope();
-        params.k_out = one.k.rope();
+        on_caller_threads([&](int thread) {
+            ThreadCall mine(shared, want, thread);
+            rope_report report = rope_report_init();
+            rope_plan *plan = nullptr;
+            rope_status status = rope_plan_create(&mine.params, &plan, &report);
+            for (int run = 0; run < 3 && status == ROPE_OK; run++) {
+                status = rope_plan_run(plan, &report);
+            }
+            rope_plan_destroy(plan);
+            mine.check(status, report, kernel, want, failures);
+        });
+        const ThreadCall one(shared, want, 0);  // one plan, run by every thread
         rope_report report = rope_report_init();
         rope_plan *plan = nullptr;
-        ASSERT_EQ(rope_plan_create(&params, &plan, &report), ROPE_OK) << report.message;
-        for (int thread = 0; thread < kCallerThreads; thread++) {
-            threads.emplace_back([&] {
-                rope_report mine = rope_report_init();
-                if (rope_plan_run(plan, &mine) != ROPE_OK) {
-                    failures.add(std::string(kernel->name) + " (one plan, many threads): " + mine.message);
-                }
-            });
-        }
-        for (std::thread &thread : threads) {
-            thread.join();
-        }
+        ASSERT_EQ(rope_plan_create(&one.params, &plan, &report), ROPE_OK) << report.message;
+        on_caller_threads([&](int) {
+            rope_report mine = rope_report_init();
+            if (rope_plan_run(plan, &mine) != ROPE_OK) {
+                failures.add(std::string(kernel.name) + " (one plan, many threads): " + mine.message);
+            }
+        });
         rope_plan_destroy(plan);
-        EXPECT_TRUE(agree(one.q, want.q, Agreement::Bits) && agree(one.k, want.k, Agreement::Bits)) << kernel->name;
-        EXPECT_TRUE(failures.none()) << kernel->name;
-    }
+        EXPECT_TRUE(one.gives(want)) << kernel.name;
+        EXPECT_TRUE(failures.none()) << kernel.name;
+    });
 }
 
 // Two engines' runners swapped under running calls: a loop is always handed to the pool of the

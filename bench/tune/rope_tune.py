@@ -28,7 +28,9 @@ Search, per key (staged, so a budget of minutes finds what the full sweep finds)
   3. a confirmation: default against tuned, more repetitions; the tuned knobs are kept only if
      they beat the default, so a tuned file is never slower than the defaults it replaces;
   4. a large-call kernel (large_calls): the core knobs again, judged on the shapes that move at
-     least the last-level cache size alone (they stream from DRAM), kept if they beat stage 3's.
+     least the last-level cache size alone (they stream from DRAM), kept if they beat stage 3's;
+  5. an in-place kernel (in_place_calls): the core knobs, then the layout knobs, judged on calls in
+     place alone (a decode step and prefills), kept if they beat what those calls get without it.
 --full-sweep times every combination instead (for a few keys: it shows what the staged search
 misses), and confirms default, staged and full-sweep results against each other.
 
@@ -98,6 +100,9 @@ MIN_GAIN = 1.01
 # What a large-call kernel must gain over the key's kernel on the large shapes: it is one more
 # kernel to build and link, worth it only beyond the noise of a DRAM-bound shape.
 LARGE_CALL_MIN_GAIN = 1.03
+# What an in-place kernel must gain over what calls in place get without it (the key's kernel,
+# or the schedule file's in-place one): one more kernel, as for large calls.
+IN_PLACE_MIN_GAIN = 1.03
 # Joins the runs that wrote a tuned file in its meta.tuned.command.
 COMMAND_SEPARATOR = " && "
 
@@ -312,6 +317,92 @@ def large_call_stage(default, tuned, tuned_m, key, isa, measure, from_bytes, jud
     return {"from_bytes": from_bytes, **knobs}, best_m, tuned_m
 
 
+def own_kernel(params):
+    """The knobs of a key's kernel of every call: `params` without its call classes."""
+    return canonical({k: v for k, v in params.items() if k not in rk.CALL_CLASSES})
+
+
+def in_place_kernel(key, params):
+    """The knobs of the kernel that serves `params`' calls in place below a large-call kernel's size:
+    the in-place sibling where `params` has one, else the key's own kernel."""
+    served = {call_class: knobs for call_class, _, knobs in rk.call_classes(key, params)}
+    return canonical(served.get(rk.IN_PLACE_CALLS, served[None]))
+
+
+def in_place_stage(default, tuned, key, isa, measure, below_bytes=None, judges=MEASURED_KNOBS):
+    """The in-place kernel of a key (schedules' in_place_calls): the core grid on the key's own
+    kernel, by successive halving, then the layout knobs, judged on calls in place alone
+    (`measure(..., in_place=True)`: a decode step and prefills, those that move `below_bytes` or
+    more left out, as a large-call kernel takes them). Its winner must beat the incumbent, the kernel that serves those
+    calls without the stage (`in_place_kernel`), by IN_PLACE_MIN_GAIN in two confirmation runs.
+    Returns (the in_place_calls entry, its Measurement, the incumbent's), or None."""
+    own, incumbent = own_kernel(tuned), in_place_kernel(key, tuned)
+
+    def in_place(pool, reps, stage):
+        return measure(pool, reps, f"in-place {stage}", below_bytes=below_bytes, in_place=True)
+
+    pool = []
+    for params in [own, incumbent] + [with_core(own, core) for core in core_candidates(key, isa, default, judges)]:
+        if params not in pool:
+            pool.append(params)
+    ranked = _ranked(pool, in_place(pool, REPS_SCREEN, "knobs"))
+    finalists = ranked[:max(3, len(ranked) // 3)]
+    best = _ranked(finalists, in_place(finalists, REPS_FINAL, "finalists"))[0]
+    if "layouts" in judges:
+        best, _ = _layout_stage(best, in_place, "layout knobs")
+    if best == incumbent:
+        return None
+    for stage in ("confirmation", "second confirmation"):
+        incumbent_m, best_m = in_place([incumbent, best], REPS_CONFIRM, stage)
+        if best_m is None or best_m.score() < IN_PLACE_MIN_GAIN * incumbent_m.score():
+            return None
+    return class_knobs(own, best, incumbent), best_m, incumbent_m
+
+
+def class_knobs(own, kernel, incumbent):
+    """A call class's knobs (large_calls or in_place_calls without its size) that make `kernel` of
+    the key's `own`: those that differ. Where `kernel` is `own` itself (no sibling pays) but the
+    schedule file gives one (`incumbent`), the knobs of `incumbent` that differ, set back to
+    `own`'s: a tuned entry replaces the file's class whole, and a class of the kernel's own knobs
+    adds no kernel (ropegen_kernels.call_classes)."""
+    differ = changed_params(own, kernel) or changed_params(own, incumbent)
+    knobs = {knob: kernel[knob] for knob in differ if knob != "layouts"}
+    layouts = {layout: {knob: kernel["layouts"][layout][knob] for knob in group}
+               for layout, group in differ.get("layouts", {}).items()}
+    return {**knobs, "layouts": layouts} if layouts else knobs
+
+
+def in_place_only(default, earlier, defaults, key, isa, measure, command):
+    """--in-place-only: stage 5 on the kernels the machine's file gives a key (its entry, `earlier`,
+    over the schedule file's `defaults`). Returns the entry with the in-place kernel it found, its
+    measurements and this `command` added, or `earlier` itself."""
+    tuned = canonical(rk.resolve(defaults, key, [("tuned file", earlier["key"], earlier["params"])]))
+    summary = dict(earlier["measured"])
+    with_kernel = with_in_place_kernel(default, tuned, key, isa, measure, summary)
+    if with_kernel is tuned:
+        return earlier
+    summary[rk.IN_PLACE_CALLS]["command"] = command
+    return {"key": key, "params": changed_params(default, with_kernel),
+            "measured": {**summary, "changed": changed_knobs(default, with_kernel)}}
+
+
+def large_call_bytes(key, params):
+    """The size from which `params`' large-call kernel takes a key's calls, or None without one."""
+    return next((size for call_class, size, _ in rk.call_classes(key, params) if call_class == rk.LARGE_CALLS), None)
+
+
+def with_in_place_kernel(default, tuned, key, isa, measure, summary):
+    """Stage 5 on `tuned` (the key's kernels from stages 1-4, or from the machine's file): `tuned`
+    with the in-place kernel it found (its measurements added to `summary`), or `tuned` itself."""
+    found = in_place_stage(default, tuned, key, isa, measure, large_call_bytes(key, tuned))
+    if not found:
+        return tuned
+    entry, in_place_m, incumbent_m = found
+    summary[rk.IN_PLACE_CALLS] = {"memcpy_ratio": in_place_m.headline(), "incumbent_memcpy_ratio": incumbent_m.headline(),
+                                  "shapes": sorted(in_place_m.shapes)}
+    return {**tuned, rk.IN_PLACE_CALLS: entry}
+
+
 def last_level_cache_bytes(cache_dir=pathlib.Path("/sys/devices/system/cpu/cpu0/cache")):
     """The size of this machine's last-level cache (Linux sysfs), or None where it is not told:
     a call that moves more streams from DRAM."""
@@ -387,12 +478,14 @@ def _layout_stage(base, measure, stage):
 
 
 def _best_per_layout(base, pool, measurements):
-    """`base` with every layout group's knobs taken from the candidate that scored best on it,
-    and the composition's score: the geometric mean of the winners' ratios on their own shapes
-    (the groups' shapes are disjoint)."""
+    """`base` with every timed layout group's knobs taken from the candidate that scored best on it
+    (a group without a timed shape, as in the in-place stage, keeps base's), and the composition's
+    score: the geometric mean of the winners' ratios on their own shapes (the groups' shapes are
+    disjoint)."""
     params = canonical(base)
     logs = []
-    for layout in rk.LAYOUTS:
+    timed = {info["layout"] for m in measurements if m is not None for info in m.shapes.values()}
+    for layout in (layout for layout in rk.LAYOUTS if layout in timed):
         scored = [(m.score(layout), i) for i, m in enumerate(measurements) if m is not None]
         _, winner = max(scored, key=lambda item: (item[0], -item[1]))
         params["layouts"][layout] = dict(pool[winner]["layouts"][layout])
@@ -464,9 +557,10 @@ class Workbench:
                        check=True, capture_output=True, text=True)
         return shared
 
-    def measure(self, key, pool, reps, min_bytes=0):
+    def measure(self, key, pool, reps, min_bytes=0, below_bytes=None, in_place=False):
         """A Measurement per candidate of `pool` (None for one that fails its check), on the shapes
-        that move at least `min_bytes`."""
+        that move at least `min_bytes` and fewer than `below_bytes`: the calls in place alone, in-place
+        prefills included, with `in_place`, else every other shape and the in-place decode step."""
         built = self.build_all(key, pool)
         with tempfile.NamedTemporaryFile("w", suffix=".txt", dir=self.cache, delete=False) as listing:
             for index, ((shared, function), params) in enumerate(zip(built, pool)):
@@ -475,7 +569,9 @@ class Workbench:
         try:
             run = subprocess.run([str(self.harness), "--style", key["style"], "--source", key["source"],
                                   "--dtype", key["dtype"], "--head-dim", str(key["head_dim"]), "--isa", self.isa,
-                                  "--candidates", listing.name, "--reps", str(reps), "--min-bytes", str(min_bytes)],
+                                  "--candidates", listing.name, "--reps", str(reps), "--min-bytes", str(min_bytes),
+                                  "--in-place", str(int(in_place))]
+                                 + (["--below-bytes", str(below_bytes)] if below_bytes is not None else []),
                                  capture_output=True, text=True)
         finally:
             os.unlink(listing.name)
@@ -525,8 +621,8 @@ class ModelledBench(Workbench):
     def finish(self, scratch, function):
         return scratch / f"{function}.s"
 
-    def measure(self, key, pool, reps, min_bytes=0):
-        assert min_bytes == 0, "the model has no shapes: nothing to select by size"
+    def measure(self, key, pool, reps, min_bytes=0, below_bytes=None, in_place=False):
+        assert (min_bytes, below_bytes, in_place) == (0, None, False), "the model has no calls to select"
         head_bytes = (key["head_dim"] or ANY_HEAD_DIM) * neon_asm.ELEMENT_BYTES[key["dtype"]]
         measurements = []
         for (assembly, _), params in zip(self.build_all(key, pool), pool):
@@ -656,7 +752,9 @@ def file_command(earlier_commands, command, results):
     """meta.tuned.command of a file whose entries are `results`, written by `command` after
     `earlier_commands`: the commands that wrote its entries (each records its own), in the order
     they ran, so that running it rebuilds the file. A key tuned again drops the earlier entry."""
-    used = collections.Counter(result["measured"].get("command") for result in results.values())
+    # An in-place kernel added by --in-place-only names its own command.
+    used = collections.Counter(command for result in results.values() for command in (
+        result["measured"].get("command"), result["measured"].get(rk.IN_PLACE_CALLS, {}).get("command")) if command)
     runs = [c for c in earlier_commands if c != command] + [command]  # a rerun of a command ran last
     ordered = [c for c in runs if c in used]
     # Commands of entries written before meta listed them all ran before it; the widest first.
@@ -682,15 +780,17 @@ def table(results, keys):
 def compare(bench, defaults, tuned_entries, keys, progress):
     """Default against tuned, measured afresh (not the run that chose them, whose winner is
     favoured by its own noise), for every key the tuned file (`tuned_entries`) holds, and a key's
-    large-call kernel against its sibling on the shapes it serves: a markdown table, and the keys
+    large-call kernel against its sibling on the shapes it serves, and a tuned in-place kernel
+    against what calls in place get from the defaults on those calls: a markdown table, and the keys
     whose default or tuned schedule fails its check on this build (a row says which)."""
     tuned_keys = {key_id(match) for _, match, _ in tuned_entries}
     rows, kept, failed = [], 0, []
 
-    def row(key, label, pair, knobs, min_bytes=0, below_bytes=math.inf):
-        """`pair` measured and scored on the shapes that move [min_bytes, below_bytes)."""
+    def row(key, label, pair, knobs, min_bytes=0, below_bytes=math.inf, in_place=False):
+        """`pair` measured and scored on the shapes that move [min_bytes, below_bytes), the calls in
+        place alone with `in_place`."""
         progress.show(f"{label}: {REPS_CONFIRM} reps")
-        measured = bench.measure(key, pair, REPS_CONFIRM, min_bytes)
+        measured = bench.measure(key, pair, REPS_CONFIRM, min_bytes, in_place=in_place)
         if None in measured and key not in failed:
             failed.append(key)
         shapes = [[s for s, info in m.shapes.items() if info["bytes"] < below_bytes] if m else [] for m in measured]
@@ -702,25 +802,33 @@ def compare(bench, defaults, tuned_entries, keys, progress):
 
     for key in (k for k in keys if key_id(k) in tuned_keys):
         progress.done += 1
-        # The in-place kernel (in_place_calls) is the schedule file's, not the tuner's: left out.
-        default, tuned = (canonical({k: v for k, v in rk.resolve(defaults, key, layer).items() if k != rk.IN_PLACE_CALLS})
-                          for layer in ((), tuned_entries))
+        default_all, tuned_all = (canonical(rk.resolve(defaults, key, layer)) for layer in ((), tuned_entries))
+        # An in-place kernel has a row of its own where the tuned file sets it (else it is the
+        # schedule file's, and its calls are judged with the key's own kernel's).
+        default, tuned = ({k: v for k, v in params.items() if k != rk.IN_PLACE_CALLS} for params in (default_all, tuned_all))
+        tuned_in_place = any(rk.IN_PLACE_CALLS in params for _, match, params in tuned_entries
+                             if key_id(match) == key_id(key))
         # (call class, min_call_bytes, params): the key's own kernel last, a large-call one before it.
         classes = rk.call_classes(key, tuned)
         own = canonical(classes[-1][2])
         large_row = len(classes) > 1 and bench.judges == MEASURED_KNOBS  # the model has no call sizes
-        if own == default and not large_row:
+        in_place_row = tuned_in_place and bench.judges == MEASURED_KNOBS
+        if own == default and not large_row and not in_place_row:
             kept += 1
             continue
-        knobs = changed_knobs(default, tuned)
+        knobs = changed_knobs(default_all, tuned_all)
         # With a large-call kernel, the key's own one serves the calls below its size only.
         from_bytes = classes[0][1] if large_row else math.inf
         if own != default:
             label = key_id(key) if not large_row else f"{key_id(key)}, calls below {from_bytes} bytes"
-            row(key, label, [default, own], [k for k in knobs if not k.startswith(rk.LARGE_CALLS)], below_bytes=from_bytes)
+            row(key, label, [default, own], [k for k in knobs if not k.startswith(rk.CALL_CLASSES)], below_bytes=from_bytes)
         if large_row:
             row(key, f"{key_id(key)}, calls from {from_bytes} bytes (tuned: the large-call kernel)",
                 [own, canonical(classes[0][2])], [k for k in knobs if k.startswith(rk.LARGE_CALLS)], min_bytes=from_bytes)
+        if in_place_row:
+            row(key, f"{key_id(key)}, calls in place (tuned: the in-place kernel)",
+                [in_place_kernel(key, default_all), in_place_kernel(key, tuned_all)],
+                [k for k in knobs if k.startswith(rk.IN_PLACE_CALLS)], below_bytes=from_bytes, in_place=True)
     header = [f"| key | default ({bench.measurement.UNIT.replace('_', ' ')}) | tuned | speedup | changed knobs |",
               "|---|---|---|---|---|"]
     return "\n".join(header + rows) + f"\n\nThe other {kept} keys kept the defaults.\n", failed
@@ -741,9 +849,15 @@ def changed_knobs(default, params):
     """changed_params as generator parameters, "name=value"."""
     changed = changed_params(default, params)
     flat = rk.generator_params({"layouts": {}, **changed})
-    large = changed.get(rk.LARGE_CALLS, {})
-    return [f"{k}={flat[k]}" for k in sorted(flat)] + [
-        f"{rk.LARGE_CALLS}({large['from_bytes']}):{k}={large[k]}" for k in sorted(large) if k != "from_bytes"]
+    knobs = [f"{k}={flat[k]}" for k in sorted(flat)]
+    for call_class in rk.CALL_CLASSES:
+        if call_class in changed:
+            entry = dict(changed[call_class])
+            size = entry.pop("from_bytes", None)
+            label = call_class if size is None else f"{call_class}({size})"
+            class_flat = rk.generator_params({"layouts": {}, **entry})
+            knobs += [f"{label}:{k}={class_flat[k]}" for k in sorted(class_flat)]
+    return knobs
 
 
 # ---- Main ---------------------------------------------------------------------------------------
@@ -766,6 +880,9 @@ def main(argv=None):
     parser.add_argument("--large-calls-from", type=int, default=None, metavar="BYTES",
                         help="search a large-call kernel (large_calls) for calls moving at least BYTES; "
                              "default: this machine's last-level cache size; 0: none")
+    parser.add_argument("--in-place-only", action="store_true",
+                        help="search the in-place kernels (stage 5) alone, on the kernels the machine's tuned file "
+                             "gives each key, and add them to it")
     parser.add_argument("--mca-cpu", default="neoverse-n1", help="llvm-mca's CPU for modelled targets (default neoverse-n1)")
     parser.add_argument("--compare", action="store_true",
                         help="tune nothing: measure the existing tuned file's keys against the defaults afresh")
@@ -790,6 +907,8 @@ def main(argv=None):
         bench = ModelledBench(build, family, isa, args.jobs, progress.write, args.mca_cpu)
     else:
         parser.error(f"{family} kernels cannot run on this {host_arch} machine, and only aarch64 has a model")
+    if args.in_place_only and (args.full_sweep or bench.judges != MEASURED_KNOBS):
+        parser.error("--in-place-only times calls in place on this machine: not with --full-sweep, nor for a modelled target")
     if args.full_sweep and bench.judges != MEASURED_KNOBS:
         parser.error("--full-sweep needs measurements: the model of a target this machine cannot run judges only "
                      f"{', '.join(bench.judges)}")
@@ -830,7 +949,8 @@ def main(argv=None):
         parser.error(f"--large-calls-from: {from_bytes} must be 0 (none) or a byte count up to {rk.MAX_FROM_BYTES}")
     # What decides the results: the budget and --fresh do not, so a rerun may change them.
     identity = {"target": family, "keys": args.keys, "full_sweep": args.full_sweep, "mca_cpu": args.mca_cpu,
-                "large_calls_from": from_bytes, "tools": bench.fingerprint, "halide": halide}
+                "large_calls_from": from_bytes, "in_place_only": args.in_place_only, "tools": bench.fingerprint,
+                "halide": halide}
     state = json.loads(state_path.read_text()) if state_path.exists() and not args.fresh else {}
     results = state.get("results", {}) if state.get("identity") == identity else {}
     if results:
@@ -847,10 +967,20 @@ def main(argv=None):
         started = time.monotonic()
         default = canonical(rk.resolve(defaults, key))
 
-        def measure(pool, reps, stage, min_bytes=0, key=key, kid=kid):
+        def measure(pool, reps, stage, min_bytes=0, below_bytes=None, in_place=False, key=key, kid=kid):
             progress.show(f"{kid}: {stage}, {len(pool)} candidates x {reps} reps")
-            return bench.measure(key, pool, reps, min_bytes)
+            return bench.measure(key, pool, reps, min_bytes, below_bytes, in_place)
 
+        if args.in_place_only:
+            earlier = earlier_results.get(kid)
+            if earlier is None:
+                progress.write(f"\nrope_tune: {kid} has no entry in {out} to add an in-place kernel to: "
+                               "tune it first (without --in-place-only)\n")
+            else:
+                results[kid] = in_place_only(default, earlier, defaults, key, isa, measure, command)
+                write_json(state_path, {"identity": identity, "results": results, "sweeps": sweep_report})
+            progress.key_done(time.monotonic() - started)
+            continue
         if args.full_sweep:
             swept = full_sweep(default, key, isa, measure)
             staged, _, _ = staged_search(default, key, isa, measure, lambda: False)
@@ -874,6 +1004,8 @@ def main(argv=None):
             summary[rk.LARGE_CALLS] = {"memcpy_ratio": round(large_m.score(shapes=shapes), 3),
                                        "sibling_memcpy_ratio": round(sibling_m.score(shapes=shapes), 3),
                                        "shapes": sorted(shapes)}
+        if bench.judges == MEASURED_KNOBS and not progress.elapsed() > args.budget:
+            tuned = with_in_place_kernel(default, tuned, key, isa, measure, summary)
         # The command per entry: a file may gather keys of several runs (--keys).
         results[kid] = {"key": key, "params": changed_params(default, tuned), "measured": {
             **summary, "changed": changed_knobs(default, tuned), "command": command}}

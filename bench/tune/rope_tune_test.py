@@ -6,6 +6,7 @@ it back through the build's own loader (cmake/ropegen_kernels.py). tune.Run (CMa
 runs the real tool, candidates built and timed, on one key."""
 import collections
 import json
+import math
 import pathlib
 import sys
 import tempfile
@@ -20,6 +21,7 @@ KEY = {"style": "half", "head_dim": 128, "dtype": "bf16", "source": "cache"}
 FAMILY, ISA = "x86-64-avx512", "avx512"
 SHAPES = {"decode_bshd": "bshd", "prefill_bshd": "bshd", "prefill_bhsd": "bhsd", "prefill_sbhd": "sbhd",
           "decode_strided": "strided"}
+IN_PLACE_SHAPES = {"decode_bshd_in_place": "bshd", "prefill_bhsd_in_place": "bhsd"}  # timed with in_place alone
 
 
 def default_params(key=KEY):
@@ -30,7 +32,8 @@ class Landscape:
     """Synthetic timings: a candidate's speed on a shape is a product of one factor per knob, the
     layout knobs counting only on their own group's shapes, so the best schedule is known. With
     root_tile, a root cos/sin table tiled by that strided.tokens_per_task also speeds up the
-    other layouts' shapes (the generator tiles the table by it)."""
+    other layouts' shapes (the generator tiles the table by it). Calls in place (IN_PLACE_SHAPES,
+    measured with in_place alone) run at in_place_speed: here the same."""
 
     BEST_CORE = {"vector_pairs": 8, "unroll_pairs": 4, "cos_sin_at": "inline", "store_order": "pair_vectors",
                  "half_rotation": "words"}
@@ -54,20 +57,24 @@ class Landscape:
             speed *= 1.0 if params["layouts"]["strided"]["tokens_per_task"] == self.root_tile else 0.9
         return speed
 
-    def shapes(self, params):
-        return {shape: {"layout": layout, "bytes": 1000, "ns": 100 / self.speed(params, layout), "memcpy_ns": 50.0,
-                        "spread": 0.0}
-                for shape, layout in SHAPES.items()}
+    def in_place_speed(self, params, layout):
+        return self.speed(params, layout)
 
-    def measure(self, pool, reps, stage, min_bytes=0):
+    def shapes(self, params, in_place=False):
+        speed = self.in_place_speed if in_place else self.speed
+        return {shape: {"layout": layout, "bytes": 1000, "ns": 100 / speed(params, layout), "memcpy_ns": 50.0,
+                        "spread": 0.0}
+                for shape, layout in (IN_PLACE_SHAPES if in_place else SHAPES).items()}
+
+    def measure(self, pool, reps, stage, min_bytes=0, below_bytes=None, in_place=False):
         self.calls.append((len(pool), reps, stage))
         result = []
         for params in pool:
             if rt.canonical(params) in self.broken:
                 result.append(None)
                 continue
-            result.append(rt.Measurement({shape: info for shape, info in self.shapes(params).items()
-                                          if info["bytes"] >= min_bytes}))
+            result.append(rt.Measurement({shape: info for shape, info in self.shapes(params, in_place).items()
+                                          if min_bytes <= info["bytes"] < (below_bytes or math.inf)}))
         return result
 
 
@@ -200,13 +207,13 @@ class LargeLandscape(Landscape):
     """Landscape plus one shape of a GiB (layout bshd), on which vector_pairs 16 beats the rest
     of the best core."""
 
-    def shapes(self, params):
-        return {**super().shapes(params), "prefill_huge": {
+    def shapes(self, params, in_place=False):
+        return {**super().shapes(params, in_place), "prefill_huge": {
             "layout": "bshd", "bytes": 1 << 30, "memcpy_ns": 50.0, "spread": 0.0,
             "ns": 100 / self.speed(params, "bshd") / (1.0 if params["vector_pairs"] == 16 else 0.6)}}
 
-    def measure(self, pool, reps, stage, min_bytes=0):
-        result = super().measure(pool, reps, stage, min_bytes)
+    def measure(self, pool, reps, stage, min_bytes=0, below_bytes=None, in_place=False):
+        result = super().measure(pool, reps, stage, min_bytes, below_bytes, in_place)
         self.timed_shapes.append((stage, {shape for m in result if m is not None for shape in m.shapes}))
         return result
 
@@ -253,6 +260,69 @@ class LargeCallTest(unittest.TestCase):
                 (root / f"index{index}" / "level").write_text(f"{level}\n")
                 (root / f"index{index}" / "size").write_text(f"{size}\n")
             self.assertEqual(rt.last_level_cache_bytes(root), 32 << 20)
+
+
+class InPlaceLandscape(Landscape):
+    """Landscape whose calls in place favour other knobs: 16 pairs a vector without unroll (0.7
+    the speed otherwise), and the BHSD prefill 8 tokens a task; the other knobs count as out of
+    place, so that the best is unique."""
+
+    def in_place_speed(self, params, layout):
+        as_if = rt.canonical(params)  # params with the in-place bests standing for the others'
+        fits = (params["vector_pairs"], params["unroll_pairs"]) == (16, 1)
+        if fits:
+            as_if.update({knob: self.BEST_CORE[knob] for knob in ("vector_pairs", "unroll_pairs")})
+        bhsd = as_if["layouts"]["bhsd"]
+        bhsd["tokens_per_task"] = self.BEST_LAYOUT["bhsd"][0] if bhsd["tokens_per_task"] == 8 else 0
+        return self.speed(as_if, layout) * (1.0 if fits else 0.7)
+
+
+class InPlaceTest(unittest.TestCase):
+    def test_the_in_place_calls_knobs_become_in_place_calls(self):
+        default, landscape = default_params(), InPlaceLandscape()
+        tuned, _, _ = rt.staged_search(default, KEY, ISA, landscape.measure, lambda: False)
+        self.assertEqual(tuned, best_params(default))  # judged on the other calls alone
+        landscape.calls.clear()
+        entry, in_place_m, incumbent_m = rt.in_place_stage(default, tuned, KEY, ISA, landscape.measure)
+        self.assertEqual(entry, {"vector_pairs": 16, "unroll_pairs": 1, "layouts": {"bhsd": {"tokens_per_task": 8}}})
+        self.assertGreater(in_place_m.score(), rt.IN_PLACE_MIN_GAIN * incumbent_m.score())
+        self.assertEqual(set(in_place_m.shapes), set(IN_PLACE_SHAPES))
+        stages = [stage for _, _, stage in landscape.calls]
+        self.assertEqual(stages[-2:], ["in-place confirmation", "in-place second confirmation"])
+        # The entry is what the build reads: a sibling kernel for calls in place.
+        (call_class, _, kernel), (_, _, own) = rk.call_classes(KEY, {**tuned, rk.IN_PLACE_CALLS: entry})
+        self.assertEqual((call_class, own), (rk.IN_PLACE_CALLS, tuned))
+        self.assertEqual(rt.canonical(kernel)["vector_pairs"], 16)
+        self.assertEqual(rt.in_place_kernel(KEY, {**tuned, rk.IN_PLACE_CALLS: entry}), rt.canonical(kernel))
+
+    def test_none_where_the_kernel_of_every_call_serves_them_best(self):
+        default = default_params()
+        landscape = Landscape()
+        tuned, _, _ = rt.staged_search(default, KEY, ISA, landscape.measure, lambda: False)
+        self.assertIsNone(rt.in_place_stage(default, tuned, KEY, ISA, landscape.measure))
+
+    def test_a_schedule_files_in_place_kernel_that_loses_is_turned_off(self):
+        default = default_params()
+        landscape = Landscape()
+        tuned, _, _ = rt.staged_search(default, KEY, ISA, landscape.measure, lambda: False)
+        hand_picked = {**tuned, rk.IN_PLACE_CALLS: {"vector_pairs": 32, "layouts": {"bhsd": {"head_loop": "inside_tokens"}}}}
+        entry, own_m, incumbent_m = rt.in_place_stage(default, hand_picked, KEY, ISA, landscape.measure)
+        # The file's knobs set back to the kernel's own: a class that adds no kernel.
+        self.assertEqual(entry, {"vector_pairs": tuned["vector_pairs"],
+                                 "layouts": {"bhsd": {"head_loop": tuned["layouts"]["bhsd"]["head_loop"]}}})
+        self.assertEqual(rk.call_classes(KEY, {**tuned, rk.IN_PLACE_CALLS: entry}), [(None, 0, tuned)])
+        self.assertGreater(own_m.score(), incumbent_m.score())
+
+    def test_calls_a_large_call_kernel_takes_are_left_out(self):
+        default, landscape = default_params(), InPlaceLandscape()
+        seen = []
+
+        def measure(pool, reps, stage, min_bytes=0, below_bytes=None, in_place=False):
+            seen.append((below_bytes, in_place))
+            return landscape.measure(pool, reps, stage, min_bytes, below_bytes, in_place)
+
+        self.assertIsNotNone(rt.in_place_stage(default, default, KEY, ISA, measure, below_bytes=1 << 20))
+        self.assertEqual(set(seen), {(1 << 20, True)})
 
 
 class KeysTest(unittest.TestCase):
@@ -354,13 +424,13 @@ class FakeWorkbench(rt.Workbench):
     def machine(self):
         return {"slug": "test-machine", "cpu": "a test CPU"}
 
-    def measure(self, key, pool, reps, min_bytes=0):
+    def measure(self, key, pool, reps, min_bytes=0, below_bytes=None, in_place=False):
         calls = FakeWorkbench.measure_calls
         if rt.key_id(key) not in calls and len(calls) == FakeWorkbench.interrupt_after:
             raise KeyboardInterrupt
         calls[rt.key_id(key)] += 1
         FakeWorkbench.min_bytes_seen.add(min_bytes)
-        return self.landscape.measure(pool, reps, "", min_bytes)
+        return self.landscape.measure(pool, reps, "", min_bytes, below_bytes, in_place)
 
 
 class ResumeTest(unittest.TestCase):
@@ -480,6 +550,68 @@ class ResumeTest(unittest.TestCase):
             self.assertIn("| half/cache/d128/bf16, calls from 2000 bytes (tuned: the large-call kernel) "
                           "| no shape of that size | no shape of that size | - |", printed)
             self.assertIn("The other 0 keys kept the defaults.", printed)
+
+    def test_an_in_place_kernel_is_written_and_compared_on_calls_in_place(self):
+        with tempfile.TemporaryDirectory() as tmp, \
+                mock.patch.object(rt, "Workbench", FakeWorkbench), \
+                mock.patch.object(rt, "versions", lambda build: ("21.0.0", "0.1.0")), \
+                mock.patch("sys.stdout") as stdout:
+            argv = ["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache,style=half", "--build", tmp,
+                    "--out-dir", tmp]
+            FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
+            FakeWorkbench.landscape_class = InPlaceLandscape
+            try:
+                self.assertEqual(rt.main(argv + ["--fresh", "--large-calls-from", "0"]), 0)
+                entry = json.loads((pathlib.Path(tmp) / FAMILY / "test-machine.json").read_text())["kernels"][0]
+                self.assertEqual(entry["params"][rk.IN_PLACE_CALLS],
+                                 {"vector_pairs": 16, "unroll_pairs": 1, "layouts": {"bhsd": {"tokens_per_task": 8}}})
+                self.assertEqual(entry["measured"][rk.IN_PLACE_CALLS]["shapes"], sorted(IN_PLACE_SHAPES))
+                self.assertIn("in_place_calls:vector_pairs=16", entry["measured"]["changed"])
+                stdout.reset_mock()
+                self.assertEqual(rt.main(argv + ["--compare"]), 0)
+            finally:
+                FakeWorkbench.landscape_class = Landscape
+            printed = "".join(call.args[0] for call in stdout.write.call_args_list)
+            # The key's own kernel on its calls, and the in-place one against the default's kernel
+            # on calls in place alone.
+            self.assertIn("| half/cache/d128/bf16 |", printed)
+            self.assertIn("| half/cache/d128/bf16, calls in place (tuned: the in-place kernel) | ", printed)
+            self.assertIn("| in_place_calls:bhsd_tokens_per_task=8, in_place_calls:unroll_pairs=1, "
+                          "in_place_calls:vector_pairs=16 |", printed)
+
+    def test_in_place_only_adds_in_place_kernels_to_the_machines_file(self):
+        with tempfile.TemporaryDirectory() as tmp, \
+                mock.patch.object(rt, "Workbench", FakeWorkbench), \
+                mock.patch.object(rt, "versions", lambda build: ("21.0.0", "0.1.0")), \
+                mock.patch("sys.stdout"):
+            base = ["--target", FAMILY, "--build", tmp, "--out-dir", tmp, "--large-calls-from", "0"]
+            half = ["--keys", "head_dim=128,dtype=bf16,source=cache,style=half"]
+            FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
+            self.assertEqual(rt.main(base + half + ["--fresh"]), 0)  # no in-place kernel pays here
+            out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
+            before = json.loads(out.read_text())["kernels"][0]
+            self.assertNotIn(rk.IN_PLACE_CALLS, before["params"])
+            FakeWorkbench.landscape_class = InPlaceLandscape
+            try:
+                in_place = ["--keys", "head_dim=128,dtype=bf16,source=cache", "--in-place-only"]
+                self.assertEqual(rt.main(base + in_place), 0)
+            finally:
+                FakeWorkbench.landscape_class = Landscape
+            document = json.loads(out.read_text())
+            self.assertEqual(len(document["kernels"]), 1)  # the interleaved key had no entry: left out
+            after = document["kernels"][0]
+            # The key's own kernel is the file's; the in-place one is added, with its command.
+            self.assertEqual({k: v for k, v in after["params"].items() if k != rk.IN_PLACE_CALLS}, before["params"])
+            self.assertEqual(after["params"][rk.IN_PLACE_CALLS],
+                             {"vector_pairs": 16, "unroll_pairs": 1, "layouts": {"bhsd": {"tokens_per_task": 8}}})
+            self.assertEqual(after["measured"]["memcpy_ratio"], before["measured"]["memcpy_ratio"])
+            in_place_command = "bench/tune/rope_tune.py " + " ".join(base + in_place)
+            self.assertEqual(after["measured"][rk.IN_PLACE_CALLS]["command"], in_place_command)
+            self.assertEqual(document["meta"]["tuned"]["command"].split(rt.COMMAND_SEPARATOR),
+                             [before["measured"]["command"], in_place_command])
+            self.assertEqual(rt.canonical(rk.resolve(rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY),
+                                                     KEY, rk.load_tuned_file(out, FAMILY, "21.0.0", "0.1.0")))[rk.IN_PLACE_CALLS],
+                             after["params"][rk.IN_PLACE_CALLS])
 
     def test_the_file_names_every_command_that_wrote_it_in_order(self):
         with tempfile.TemporaryDirectory() as tmp, \

@@ -6,6 +6,7 @@
 //
 //   rope_tune_harness --style half --source cache --dtype f32 --head-dim 128 --isa avx512
 //                     --candidates list.txt [--reps 7] [--min-rep-ms 2] [--min-bytes 0]
+//                     [--below-bytes N] [--in-place 0|1]
 //
 // list.txt has one candidate per line: "<id> <shared object> <function name> <pair words: 0|1>"
 // (1: it stores its 16-bit lanes as 32-bit words, KernelEntry::pair_words). Output, one JSON
@@ -18,7 +19,10 @@
 // a shuffled order, so drift of a shared, noisy machine spreads over all of them alike. A
 // repetition runs enough calls to last --min-rep-ms; the tuner takes medians of the repetitions.
 // --min-bytes times only the shapes that move at least that many bytes (the tuner's large-call
-// stage judges those alone).
+// stage judges those alone), --below-bytes only those that move fewer. --in-place 1 times the
+// calls in place alone, in-place prefills included (the tuner's in-place stage, whose kernel
+// serves them); without it those prefills are not timed, so that the stages before it judge the
+// shapes the existing tuned files were chosen on.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -28,6 +32,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -63,6 +68,7 @@ struct TimedShape {
     Layout tensor_layout;
     int64_t batch, seq;
     Memory memory = Memory::Separate;
+    bool in_place_stage_only = false;  // timed with --in-place 1 alone
 };
 constexpr TimedShape kShapes[] = {
     {"decode_b8_bshd", "bshd", Layout::BSHD, 8, 1},
@@ -72,6 +78,8 @@ constexpr TimedShape kShapes[] = {
     {"prefill_512_bhsd", "bhsd", Layout::BHSD, 1, 512},
     {"prefill_4x128_sbhd", "sbhd", Layout::SBHD, 4, 128},
     {"decode_b8_bhsd", "strided", Layout::BHSD, 8, 1},
+    {"prefill_512_bshd_in_place", "bshd", Layout::BSHD, 1, 512, Memory::InPlace, true},
+    {"prefill_512_bhsd_in_place", "bhsd", Layout::BHSD, 1, 512, Memory::InPlace, true},
 };
 constexpr int64_t kQHeads = 32, kKHeads = 8;
 constexpr int64_t kAnyHeadDim = 128;  // the any-head_dim kernel is timed at the common head_dim
@@ -87,6 +95,8 @@ struct Options {
     int reps = 7;
     double min_rep_seconds = 0.002;
     int64_t min_bytes = 0;
+    int64_t below_bytes = std::numeric_limits<int64_t>::max();
+    bool in_place = false;
 };
 
 struct Candidate {
@@ -141,6 +151,12 @@ bool parse_options(int argc, char **argv, Options *options, std::string *error) 
         } else if (flag == "--min-bytes") {
             options->min_bytes = std::atoll(value.c_str());
             ok = options->min_bytes >= 0;
+        } else if (flag == "--below-bytes") {
+            options->below_bytes = std::atoll(value.c_str());
+            ok = options->below_bytes > 0;
+        } else if (flag == "--in-place") {
+            options->in_place = value == "1";
+            ok = value == "0" || value == "1";
         } else if (flag == "--min-rep-ms") {
             options->min_rep_seconds = std::atof(value.c_str()) / 1000;
             ok = options->min_rep_seconds > 0;
@@ -302,10 +318,10 @@ double time_per_call_ns(const std::function<void()> &call, int64_t calls) {
 void time_shape(const Options &options, const TimedShape &shape, const std::vector<Candidate> &candidates) {
     RopeCall call(timed_case(candidates.front().entry, shape));
     const rope_params params = call.params();
-    // The bytes the call moves as the dispatcher counts them, so that --min-bytes selects the
-    // shapes a large-call kernel of that size would serve.
+    // The bytes the call moves as the dispatcher counts them, so that --min-bytes and
+    // --below-bytes select the shapes a large-call kernel of that size would serve, or not.
     const uint64_t moved = ropegen::call_bytes(params);
-    if (moved < static_cast<uint64_t>(options.min_bytes)) {
+    if (moved < static_cast<uint64_t>(options.min_bytes) || moved >= static_cast<uint64_t>(options.below_bytes)) {
         return;
     }
     const size_t q_bytes = call.q.storage()->bytes.size();
@@ -385,7 +401,9 @@ int main(int argc, char **argv) {
     }
     std::fflush(stdout);
     for (const TimedShape &shape : kShapes) {
-        time_shape(options, shape, candidates);
+        if (options.in_place ? shape.memory == Memory::InPlace : !shape.in_place_stage_only) {
+            time_shape(options, shape, candidates);
+        }
     }
     return 0;
 }

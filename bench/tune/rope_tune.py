@@ -360,8 +360,7 @@ def in_place_stage(default, tuned, key, isa, measure, below_bytes=None, judges=M
 
 
 def class_knobs(own, kernel, incumbent):
-    """A call class's knobs (large_calls or in_place_calls without its size) that make `kernel` of
-    the key's `own`: those that differ. Where `kernel` is `own` itself (no sibling pays) but the
+    """The in_place_calls knobs that make `kernel` of the key's `own`: those that differ. Where `kernel` is `own` itself (no sibling pays) but the
     schedule file gives one (`incumbent`), the knobs of `incumbent` that differ, set back to
     `own`'s: a tuned entry replaces the file's class whole, and a class of the kernel's own knobs
     adds no kernel (ropegen_kernels.call_classes)."""

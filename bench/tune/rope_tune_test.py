@@ -5,6 +5,7 @@ synthetic measurements whose best schedule is known; the file tests write a tune
 it back through the build's own loader (cmake/ropegen_kernels.py). tune.Run (CMakeLists.txt)
 runs the real tool, candidates built and timed, on one key."""
 import collections
+import contextlib
 import json
 import math
 import pathlib
@@ -277,6 +278,10 @@ class InPlaceLandscape(Landscape):
         return self.speed(as_if, layout) * (1.0 if fits else 0.7)
 
 
+# What InPlaceLandscape's calls in place favour, as the in_place_calls of KEY's entry.
+IN_PLACE_ENTRY = {"vector_pairs": 16, "unroll_pairs": 1, "layouts": {"bhsd": {"tokens_per_task": 8}}}
+
+
 class InPlaceTest(unittest.TestCase):
     def test_the_in_place_calls_knobs_become_in_place_calls(self):
         default, landscape = default_params(), InPlaceLandscape()
@@ -284,7 +289,7 @@ class InPlaceTest(unittest.TestCase):
         self.assertEqual(tuned, best_params(default))  # judged on the other calls alone
         landscape.calls.clear()
         entry, in_place_m, incumbent_m = rt.in_place_stage(default, tuned, KEY, ISA, landscape.measure)
-        self.assertEqual(entry, {"vector_pairs": 16, "unroll_pairs": 1, "layouts": {"bhsd": {"tokens_per_task": 8}}})
+        self.assertEqual(entry, IN_PLACE_ENTRY)
         self.assertGreater(in_place_m.score(), rt.IN_PLACE_MIN_GAIN * incumbent_m.score())
         self.assertEqual(set(in_place_m.shapes), set(IN_PLACE_SHAPES))
         stages = [stage for _, _, stage in landscape.calls]
@@ -433,6 +438,25 @@ class FakeWorkbench(rt.Workbench):
         return self.landscape.measure(pool, reps, "", min_bytes, below_bytes, in_place)
 
 
+HALF_KEY = ["--keys", "head_dim=128,dtype=bf16,source=cache,style=half"]  # KEY as the tool's option
+
+
+@contextlib.contextmanager
+def fake_tool(landscape_class=Landscape):
+    """The tool run on FakeWorkbench with `landscape_class`'s timings (a test may switch it),
+    counters reset: yields a scratch folder and the mocked stdout."""
+    with tempfile.TemporaryDirectory() as tmp, \
+            mock.patch.object(rt, "Workbench", FakeWorkbench), \
+            mock.patch.object(rt, "versions", lambda build: ("21.0.0", "0.1.0")), \
+            mock.patch("sys.stdout") as stdout:
+        FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
+        FakeWorkbench.landscape_class = landscape_class
+        try:
+            yield tmp, stdout
+        finally:
+            FakeWorkbench.landscape_class = Landscape
+
+
 class ResumeTest(unittest.TestCase):
     def test_an_interrupted_run_continues_where_it_stopped(self):
         with tempfile.TemporaryDirectory() as tmp, \
@@ -514,23 +538,16 @@ class ResumeTest(unittest.TestCase):
             self.assertEqual(text[text.index(begin):text.index(end) + len(end)], f"{begin}\nold table\n{end}")
 
     def test_compare_times_a_large_call_kernel_against_its_sibling_on_its_calls(self):
-        with tempfile.TemporaryDirectory() as tmp, \
-                mock.patch.object(rt, "Workbench", FakeWorkbench), \
-                mock.patch.object(rt, "versions", lambda build: ("21.0.0", "0.1.0")), \
-                mock.patch("sys.stdout") as stdout:
-            argv = ["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache,style=half", "--build", tmp,
-                    "--out-dir", tmp]
-            FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
+        with fake_tool() as (tmp, stdout):
+            argv = ["--target", FAMILY, *HALF_KEY, "--build", tmp, "--out-dir", tmp]
             self.assertEqual(rt.main(argv + ["--fresh", "--large-calls-from", "0"]), 0)
             out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
             document = json.loads(out.read_text())
             document["kernels"][0]["params"][rk.LARGE_CALLS] = {"from_bytes": 1 << 29, "vector_pairs": 16}
             out.write_text(json.dumps(document))
             FakeWorkbench.min_bytes_seen, FakeWorkbench.landscape_class = set(), LargeLandscape
-            try:
-                self.assertEqual(rt.main(argv + ["--compare"]), 0)
-            finally:
-                FakeWorkbench.landscape_class = Landscape
+            self.assertEqual(rt.main(argv + ["--compare"]), 0)
+            FakeWorkbench.landscape_class = Landscape
             printed = "".join(call.args[0] for call in stdout.write.call_args_list)
             # Both rows: the key's own kernel against the default on the calls it serves (the
             # huge shape left out: 0.344 is the default's score without it), and the large-call
@@ -552,25 +569,15 @@ class ResumeTest(unittest.TestCase):
             self.assertIn("The other 0 keys kept the defaults.", printed)
 
     def test_an_in_place_kernel_is_written_and_compared_on_calls_in_place(self):
-        with tempfile.TemporaryDirectory() as tmp, \
-                mock.patch.object(rt, "Workbench", FakeWorkbench), \
-                mock.patch.object(rt, "versions", lambda build: ("21.0.0", "0.1.0")), \
-                mock.patch("sys.stdout") as stdout:
-            argv = ["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache,style=half", "--build", tmp,
-                    "--out-dir", tmp]
-            FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
-            FakeWorkbench.landscape_class = InPlaceLandscape
-            try:
-                self.assertEqual(rt.main(argv + ["--fresh", "--large-calls-from", "0"]), 0)
-                entry = json.loads((pathlib.Path(tmp) / FAMILY / "test-machine.json").read_text())["kernels"][0]
-                self.assertEqual(entry["params"][rk.IN_PLACE_CALLS],
-                                 {"vector_pairs": 16, "unroll_pairs": 1, "layouts": {"bhsd": {"tokens_per_task": 8}}})
-                self.assertEqual(entry["measured"][rk.IN_PLACE_CALLS]["shapes"], sorted(IN_PLACE_SHAPES))
-                self.assertIn("in_place_calls:vector_pairs=16", entry["measured"]["changed"])
-                stdout.reset_mock()
-                self.assertEqual(rt.main(argv + ["--compare"]), 0)
-            finally:
-                FakeWorkbench.landscape_class = Landscape
+        with fake_tool(InPlaceLandscape) as (tmp, stdout):
+            argv = ["--target", FAMILY, *HALF_KEY, "--build", tmp, "--out-dir", tmp]
+            self.assertEqual(rt.main(argv + ["--fresh", "--large-calls-from", "0"]), 0)
+            entry = json.loads((pathlib.Path(tmp) / FAMILY / "test-machine.json").read_text())["kernels"][0]
+            self.assertEqual(entry["params"][rk.IN_PLACE_CALLS], IN_PLACE_ENTRY)
+            self.assertEqual(entry["measured"][rk.IN_PLACE_CALLS]["shapes"], sorted(IN_PLACE_SHAPES))
+            self.assertIn("in_place_calls:vector_pairs=16", entry["measured"]["changed"])
+            stdout.reset_mock()
+            self.assertEqual(rt.main(argv + ["--compare"]), 0)
             printed = "".join(call.args[0] for call in stdout.write.call_args_list)
             # The key's own kernel on its calls, and the in-place one against the default's kernel
             # on calls in place alone.
@@ -580,38 +587,29 @@ class ResumeTest(unittest.TestCase):
                           "in_place_calls:vector_pairs=16 |", printed)
 
     def test_in_place_only_adds_in_place_kernels_to_the_machines_file(self):
-        with tempfile.TemporaryDirectory() as tmp, \
-                mock.patch.object(rt, "Workbench", FakeWorkbench), \
-                mock.patch.object(rt, "versions", lambda build: ("21.0.0", "0.1.0")), \
-                mock.patch("sys.stdout"):
+        with fake_tool() as (tmp, _):
             base = ["--target", FAMILY, "--build", tmp, "--out-dir", tmp, "--large-calls-from", "0"]
-            half = ["--keys", "head_dim=128,dtype=bf16,source=cache,style=half"]
-            FakeWorkbench.measure_calls, FakeWorkbench.interrupt_after = collections.Counter(), None
-            self.assertEqual(rt.main(base + half + ["--fresh"]), 0)  # no in-place kernel pays here
+            self.assertEqual(rt.main(base + HALF_KEY + ["--fresh"]), 0)  # no in-place kernel pays here
             out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
             before = json.loads(out.read_text())["kernels"][0]
             self.assertNotIn(rk.IN_PLACE_CALLS, before["params"])
             FakeWorkbench.landscape_class = InPlaceLandscape
-            try:
-                in_place = ["--keys", "head_dim=128,dtype=bf16,source=cache", "--in-place-only"]
-                self.assertEqual(rt.main(base + in_place), 0)
-            finally:
-                FakeWorkbench.landscape_class = Landscape
+            in_place = ["--keys", "head_dim=128,dtype=bf16,source=cache", "--in-place-only"]
+            self.assertEqual(rt.main(base + in_place), 0)
             document = json.loads(out.read_text())
             self.assertEqual(len(document["kernels"]), 1)  # the interleaved key had no entry: left out
             after = document["kernels"][0]
             # The key's own kernel is the file's; the in-place one is added, with its command.
             self.assertEqual({k: v for k, v in after["params"].items() if k != rk.IN_PLACE_CALLS}, before["params"])
-            self.assertEqual(after["params"][rk.IN_PLACE_CALLS],
-                             {"vector_pairs": 16, "unroll_pairs": 1, "layouts": {"bhsd": {"tokens_per_task": 8}}})
+            self.assertEqual(after["params"][rk.IN_PLACE_CALLS], IN_PLACE_ENTRY)
             self.assertEqual(after["measured"]["memcpy_ratio"], before["measured"]["memcpy_ratio"])
             in_place_command = "bench/tune/rope_tune.py " + " ".join(base + in_place)
             self.assertEqual(after["measured"][rk.IN_PLACE_CALLS]["command"], in_place_command)
             self.assertEqual(document["meta"]["tuned"]["command"].split(rt.COMMAND_SEPARATOR),
                              [before["measured"]["command"], in_place_command])
-            self.assertEqual(rt.canonical(rk.resolve(rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY),
-                                                     KEY, rk.load_tuned_file(out, FAMILY, "21.0.0", "0.1.0")))[rk.IN_PLACE_CALLS],
-                             after["params"][rk.IN_PLACE_CALLS])
+            defaults = rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY)
+            resolved = rk.resolve(defaults, KEY, rk.load_tuned_file(out, FAMILY, "21.0.0", "0.1.0"))
+            self.assertEqual(resolved[rk.IN_PLACE_CALLS], IN_PLACE_ENTRY)
 
     def test_the_file_names_every_command_that_wrote_it_in_order(self):
         with tempfile.TemporaryDirectory() as tmp, \

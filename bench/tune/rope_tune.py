@@ -329,41 +329,47 @@ def in_place_kernel(key, params):
     return canonical(served.get(rk.IN_PLACE_CALLS, served[None]))
 
 
-def in_place_stage(default, tuned, key, isa, measure, below_bytes=None, judges=MEASURED_KNOBS):
+def in_place_stage(default, tuned, key, isa, measure, below_bytes=None):
     """The in-place kernel of a key (schedules' in_place_calls): the core grid on the key's own
     kernel, by successive halving, then the layout knobs, judged on calls in place alone
     (`measure(..., in_place=True)`: a decode step and prefills, those that move `below_bytes` or
-    more left out, as a large-call kernel takes them). Its winner must beat the incumbent, the kernel that serves those
-    calls without the stage (`in_place_kernel`), by IN_PLACE_MIN_GAIN in two confirmation runs.
-    Returns (the in_place_calls entry, its Measurement, the incumbent's), or None."""
+    more left out, as a large-call kernel takes them). Its winner must beat the incumbent, the
+    kernel that serves those calls without the stage (`in_place_kernel`), by IN_PLACE_MIN_GAIN in
+    two confirmation runs. Returns (the winner's knobs, its Measurement, the incumbent's), or None
+    where the incumbent stays or no call in place is that small."""
     own, incumbent = own_kernel(tuned), in_place_kernel(key, tuned)
 
     def in_place(pool, reps, stage):
         return measure(pool, reps, f"in-place {stage}", below_bytes=below_bytes, in_place=True)
 
     pool = []
-    for params in [own, incumbent] + [with_core(own, core) for core in core_candidates(key, isa, default, judges)]:
+    for params in [own, incumbent] + [with_core(own, core) for core in core_candidates(key, isa, default)]:
         if params not in pool:
             pool.append(params)
-    ranked = _ranked(pool, in_place(pool, REPS_SCREEN, "knobs"))
+    screened = in_place(pool, REPS_SCREEN, "knobs")
+    if not any(m is not None and m.shapes for m in screened):
+        return None
+    ranked = _ranked(pool, screened)
     finalists = ranked[:max(3, len(ranked) // 3)]
     best = _ranked(finalists, in_place(finalists, REPS_FINAL, "finalists"))[0]
-    if "layouts" in judges:
-        best, _ = _layout_stage(best, in_place, "layout knobs")
+    best, _ = _layout_stage(best, in_place, "layout knobs")
     if best == incumbent:
         return None
     for stage in ("confirmation", "second confirmation"):
         incumbent_m, best_m = in_place([incumbent, best], REPS_CONFIRM, stage)
         if best_m is None or best_m.score() < IN_PLACE_MIN_GAIN * incumbent_m.score():
             return None
-    return class_knobs(own, best, incumbent), best_m, incumbent_m
+    return best, best_m, incumbent_m
 
 
-def class_knobs(own, kernel, incumbent):
-    """The in_place_calls knobs that make `kernel` of the key's `own`: those that differ. Where `kernel` is `own` itself (no sibling pays) but the
-    schedule file gives one (`incumbent`), the knobs of `incumbent` that differ, set back to
-    `own`'s: a tuned entry replaces the file's class whole, and a class of the kernel's own knobs
-    adds no kernel (ropegen_kernels.call_classes)."""
+def in_place_class(default, own, kernel, incumbent):
+    """The in_place_calls of a tuned entry whose calls in place run `kernel`: its knobs that differ
+    from the key's `own`. Where `kernel` is `own`, none (None), unless the schedule file
+    (`default`) gives the key an in-place kernel: then the knobs by which `incumbent` differs, set
+    back to `own`'s (a tuned entry replaces the file's class whole, and a class of the kernel's
+    own knobs adds no kernel, ropegen_kernels.call_classes)."""
+    if kernel == own and rk.IN_PLACE_CALLS not in default:
+        return None
     differ = changed_params(own, kernel) or changed_params(own, incumbent)
     knobs = {knob: kernel[knob] for knob in differ if knob != "layouts"}
     layouts = {layout: {knob: kernel["layouts"][layout][knob] for knob in group}
@@ -392,14 +398,18 @@ def large_call_bytes(key, params):
 
 def with_in_place_kernel(default, tuned, key, isa, measure, summary):
     """Stage 5 on `tuned` (the key's kernels from stages 1-4, or from the machine's file): `tuned`
-    with the in-place kernel it found (its measurements added to `summary`), or `tuned` itself."""
+    with its calls in place given to the kernel the stage found (the key's own one included,
+    where it beats a tuned in-place kernel), its measurements added to `summary`; `tuned` itself
+    where the incumbent stays."""
     found = in_place_stage(default, tuned, key, isa, measure, large_call_bytes(key, tuned))
     if not found:
         return tuned
-    entry, in_place_m, incumbent_m = found
-    summary[rk.IN_PLACE_CALLS] = {"memcpy_ratio": in_place_m.headline(), "incumbent_memcpy_ratio": incumbent_m.headline(),
-                                  "shapes": sorted(in_place_m.shapes)}
-    return {**tuned, rk.IN_PLACE_CALLS: entry}
+    kernel, kernel_m, incumbent_m = found
+    summary[rk.IN_PLACE_CALLS] = {"memcpy_ratio": kernel_m.headline(), "incumbent_memcpy_ratio": incumbent_m.headline(),
+                                  "shapes": sorted(kernel_m.shapes)}
+    entry = in_place_class(default, own_kernel(tuned), kernel, in_place_kernel(key, tuned))
+    others = {k: v for k, v in tuned.items() if k != rk.IN_PLACE_CALLS}
+    return {**others, rk.IN_PLACE_CALLS: entry} if entry else others
 
 
 def last_level_cache_bytes(cache_dir=pathlib.Path("/sys/devices/system/cpu/cpu0/cache")):
@@ -752,8 +762,8 @@ def file_command(earlier_commands, command, results):
     `earlier_commands`: the commands that wrote its entries (each records its own), in the order
     they ran, so that running it rebuilds the file. A key tuned again drops the earlier entry."""
     # An in-place kernel added by --in-place-only names its own command.
-    used = collections.Counter(command for result in results.values() for command in (
-        result["measured"].get("command"), result["measured"].get(rk.IN_PLACE_CALLS, {}).get("command")) if command)
+    used = collections.Counter(run for result in results.values() for run in (
+        result["measured"].get("command"), result["measured"].get(rk.IN_PLACE_CALLS, {}).get("command")) if run)
     runs = [c for c in earlier_commands if c != command] + [command]  # a rerun of a command ran last
     ordered = [c for c in runs if c in used]
     # Commands of entries written before meta listed them all ran before it; the widest first.
@@ -906,8 +916,9 @@ def main(argv=None):
         bench = ModelledBench(build, family, isa, args.jobs, progress.write, args.mca_cpu)
     else:
         parser.error(f"{family} kernels cannot run on this {host_arch} machine, and only aarch64 has a model")
-    if args.in_place_only and (args.full_sweep or bench.judges != MEASURED_KNOBS):
-        parser.error("--in-place-only times calls in place on this machine: not with --full-sweep, nor for a modelled target")
+    if args.in_place_only and (args.full_sweep or args.large_calls_from is not None or bench.judges != MEASURED_KNOBS):
+        parser.error("--in-place-only times calls in place on this machine, on the kernels the machine's file gives: "
+                     "not with --full-sweep or --large-calls-from, nor for a modelled target")
     if args.full_sweep and bench.judges != MEASURED_KNOBS:
         parser.error("--full-sweep needs measurements: the model of a target this machine cannot run judges only "
                      f"{', '.join(bench.judges)}")
@@ -946,22 +957,29 @@ def main(argv=None):
     from_bytes = last_level_cache_bytes() if args.large_calls_from is None else args.large_calls_from
     if from_bytes is not None and not 0 <= from_bytes <= rk.MAX_FROM_BYTES:
         parser.error(f"--large-calls-from: {from_bytes} must be 0 (none) or a byte count up to {rk.MAX_FROM_BYTES}")
-    # What decides the results: the budget and --fresh do not, so a rerun may change them.
+    if args.in_place_only and not earlier_results:
+        parser.error(f"--in-place-only adds in-place kernels to the entries of {out}, and it holds no current one: "
+                     "tune without it first")
+    # What decides the results: the budget and --fresh do not, so a rerun may change them. An
+    # --in-place-only run builds on the file's entries as it found them.
     identity = {"target": family, "keys": args.keys, "full_sweep": args.full_sweep, "mca_cpu": args.mca_cpu,
-                "large_calls_from": from_bytes, "in_place_only": args.in_place_only, "tools": bench.fingerprint,
-                "halide": halide}
+                "large_calls_from": None if args.in_place_only else from_bytes,
+                "in_place_only": hashlib.sha256(out.read_bytes()).hexdigest()[:16] if args.in_place_only else False,
+                "tools": bench.fingerprint, "halide": halide}
     state = json.loads(state_path.read_text()) if state_path.exists() and not args.fresh else {}
     results = state.get("results", {}) if state.get("identity") == identity else {}
     if results:
         progress.write(f"rope_tune: resuming {state_path}: {len(results)} key(s) already tuned\n")
     sweep_report = state.get("sweeps", {}) if results else {}
 
+    finished = True  # every key done, none left by the budget
     for key in keys:
         kid = key_id(key)
         if kid in results:
             progress.done += 1
             continue
         if progress.elapsed() > args.budget:
+            finished = False
             break
         started = time.monotonic()
         default = canonical(rk.resolve(defaults, key))
@@ -1010,7 +1028,7 @@ def main(argv=None):
             **summary, "changed": changed_knobs(default, tuned), "command": command}}
         write_json(state_path, {"identity": identity, "results": results, "sweeps": sweep_report})
         progress.key_done(time.monotonic() - started)
-    progress.show("done\n" if progress.done == len(keys) else "budget spent\n")
+    progress.show("done\n" if finished else "budget spent\n")
 
     merged = {**earlier_results, **results}
     meta = {"machine": machine["slug"], "cpu": machine["cpu"], "method": bench.method, "halide": halide,
@@ -1018,12 +1036,12 @@ def main(argv=None):
             "command": file_command(earlier_commands, command, merged)}
     write_json(out, tuned_document(family, meta, merged))
     rk.load_tuned_file(out, family, halide, ropegen)  # what the build will read
-    print(table(results, keys))
+    print(table(results, [key for key in keys if key_id(key) in results] if args.in_place_only else keys))
     for kid, report in sweep_report.items():
         print(f"full sweep {kid}: default {report['default']}, staged {report['staged']}, "
               f"full sweep {report['full_sweep']} (staged reaches {report['staged_of_full']:.1%} of it)")
     print(f"wrote {out} ({len(merged)} tuned keys); {bench.use_hint(machine)}")
-    if len(results) == len(keys):
+    if finished:
         state_path.unlink(missing_ok=True)
     return 0
 

@@ -282,52 +282,84 @@ class InPlaceLandscape(Landscape):
 IN_PLACE_ENTRY = {"vector_pairs": 16, "unroll_pairs": 1, "layouts": {"bhsd": {"tokens_per_task": 8}}}
 
 
+class HugeInPlaceLandscape(InPlaceLandscape):
+    """InPlaceLandscape plus a call in place of a GiB, measured like the decode step."""
+
+    def shapes(self, params, in_place=False):
+        shapes = super().shapes(params, in_place)
+        if in_place:
+            shapes["prefill_huge_in_place"] = {**shapes["decode_bshd_in_place"], "bytes": 1 << 30}
+        return shapes
+
+
 class InPlaceTest(unittest.TestCase):
+    def tuned(self, landscape):
+        """KEY's kernel from stages 1-3 on `landscape`."""
+        return rt.staged_search(default_params(), KEY, ISA, landscape.measure, lambda: False)[0]
+
     def test_the_in_place_calls_knobs_become_in_place_calls(self):
         default, landscape = default_params(), InPlaceLandscape()
-        tuned, _, _ = rt.staged_search(default, KEY, ISA, landscape.measure, lambda: False)
+        tuned = self.tuned(landscape)
         self.assertEqual(tuned, best_params(default))  # judged on the other calls alone
         landscape.calls.clear()
-        entry, in_place_m, incumbent_m = rt.in_place_stage(default, tuned, KEY, ISA, landscape.measure)
-        self.assertEqual(entry, IN_PLACE_ENTRY)
-        self.assertGreater(in_place_m.score(), rt.IN_PLACE_MIN_GAIN * incumbent_m.score())
-        self.assertEqual(set(in_place_m.shapes), set(IN_PLACE_SHAPES))
+        summary = {}
+        with_kernel = rt.with_in_place_kernel(default, tuned, KEY, ISA, landscape.measure, summary)
+        self.assertEqual(with_kernel, {**tuned, rk.IN_PLACE_CALLS: IN_PLACE_ENTRY})
+        measured = summary[rk.IN_PLACE_CALLS]
+        self.assertGreater(measured["memcpy_ratio"], rt.IN_PLACE_MIN_GAIN * measured["incumbent_memcpy_ratio"])
+        self.assertEqual(measured["shapes"], sorted(IN_PLACE_SHAPES))
         stages = [stage for _, _, stage in landscape.calls]
         self.assertEqual(stages[-2:], ["in-place confirmation", "in-place second confirmation"])
         # The entry is what the build reads: a sibling kernel for calls in place.
-        (call_class, _, kernel), (_, _, own) = rk.call_classes(KEY, {**tuned, rk.IN_PLACE_CALLS: entry})
+        (call_class, _, kernel), (_, _, own) = rk.call_classes(KEY, with_kernel)
         self.assertEqual((call_class, own), (rk.IN_PLACE_CALLS, tuned))
         self.assertEqual(rt.canonical(kernel)["vector_pairs"], 16)
-        self.assertEqual(rt.in_place_kernel(KEY, {**tuned, rk.IN_PLACE_CALLS: entry}), rt.canonical(kernel))
+        self.assertEqual(rt.in_place_kernel(KEY, with_kernel), rt.canonical(kernel))
 
-    def test_none_where_the_kernel_of_every_call_serves_them_best(self):
-        default = default_params()
-        landscape = Landscape()
-        tuned, _, _ = rt.staged_search(default, KEY, ISA, landscape.measure, lambda: False)
-        self.assertIsNone(rt.in_place_stage(default, tuned, KEY, ISA, landscape.measure))
+    def test_nothing_changes_where_the_kernel_of_every_call_serves_them_best(self):
+        default, landscape = default_params(), Landscape()
+        tuned = self.tuned(landscape)
+        summary = {}
+        self.assertIs(rt.with_in_place_kernel(default, tuned, KEY, ISA, landscape.measure, summary), tuned)
+        self.assertEqual(summary, {})
 
     def test_a_schedule_files_in_place_kernel_that_loses_is_turned_off(self):
-        default = default_params()
         landscape = Landscape()
-        tuned, _, _ = rt.staged_search(default, KEY, ISA, landscape.measure, lambda: False)
-        hand_picked = {**tuned, rk.IN_PLACE_CALLS: {"vector_pairs": 32, "layouts": {"bhsd": {"head_loop": "inside_tokens"}}}}
-        entry, own_m, incumbent_m = rt.in_place_stage(default, hand_picked, KEY, ISA, landscape.measure)
+        tuned = self.tuned(landscape)
+        hand_picked = {"vector_pairs": 32, "layouts": {"bhsd": {"head_loop": "inside_tokens"}}}
+        default = {**default_params(), rk.IN_PLACE_CALLS: hand_picked}  # as the schedule file would give it
+        summary = {}
+        with_kernel = rt.with_in_place_kernel(default, {**tuned, rk.IN_PLACE_CALLS: hand_picked}, KEY, ISA,
+                                              landscape.measure, summary)
         # The file's knobs set back to the kernel's own: a class that adds no kernel.
-        self.assertEqual(entry, {"vector_pairs": tuned["vector_pairs"],
-                                 "layouts": {"bhsd": {"head_loop": tuned["layouts"]["bhsd"]["head_loop"]}}})
-        self.assertEqual(rk.call_classes(KEY, {**tuned, rk.IN_PLACE_CALLS: entry}), [(None, 0, tuned)])
-        self.assertGreater(own_m.score(), incumbent_m.score())
+        self.assertEqual(with_kernel[rk.IN_PLACE_CALLS], {
+            "vector_pairs": tuned["vector_pairs"], "layouts": {"bhsd": {"head_loop": tuned["layouts"]["bhsd"]["head_loop"]}}})
+        self.assertEqual(rk.call_classes(KEY, with_kernel), [(None, 0, tuned)])
+        self.assertGreater(summary[rk.IN_PLACE_CALLS]["memcpy_ratio"], summary[rk.IN_PLACE_CALLS]["incumbent_memcpy_ratio"])
+
+    def test_a_tuned_in_place_kernel_that_loses_is_dropped(self):
+        default, landscape = default_params(), Landscape()
+        tuned = self.tuned(landscape)
+        earlier = {**tuned, rk.IN_PLACE_CALLS: {"vector_pairs": 32}}  # an earlier run's, the schedule file has none
+        self.assertEqual(rt.with_in_place_kernel(default, earlier, KEY, ISA, landscape.measure, {}), tuned)
 
     def test_calls_a_large_call_kernel_takes_are_left_out(self):
-        default, landscape = default_params(), InPlaceLandscape()
+        default, landscape = default_params(), HugeInPlaceLandscape()
+        tuned = self.tuned(landscape)
         seen = []
 
         def measure(pool, reps, stage, min_bytes=0, below_bytes=None, in_place=False):
             seen.append((below_bytes, in_place))
             return landscape.measure(pool, reps, stage, min_bytes, below_bytes, in_place)
 
-        self.assertIsNotNone(rt.in_place_stage(default, default, KEY, ISA, measure, below_bytes=1 << 20))
-        self.assertEqual(set(seen), {(1 << 20, True)})
+        with_large = {**tuned, rk.LARGE_CALLS: {"from_bytes": 1 << 29, "vector_pairs": 16}}
+        summary = {}
+        self.assertIn(rk.IN_PLACE_CALLS, rt.with_in_place_kernel(default, with_large, KEY, ISA, measure, summary))
+        self.assertEqual(set(seen), {(1 << 29, True)})
+        self.assertEqual(summary[rk.IN_PLACE_CALLS]["shapes"], sorted(IN_PLACE_SHAPES))  # not the huge one
+        # Every call in place as large as the large-call kernel's size: nothing to judge, nothing changes.
+        with_large[rk.LARGE_CALLS]["from_bytes"] = 500
+        self.assertIs(rt.with_in_place_kernel(default, with_large, KEY, ISA, measure, {}), with_large)
 
 
 class KeysTest(unittest.TestCase):
@@ -547,7 +579,7 @@ class ResumeTest(unittest.TestCase):
             out.write_text(json.dumps(document))
             FakeWorkbench.min_bytes_seen, FakeWorkbench.landscape_class = set(), LargeLandscape
             self.assertEqual(rt.main(argv + ["--compare"]), 0)
-            FakeWorkbench.landscape_class = Landscape
+            FakeWorkbench.landscape_class = Landscape  # no shape of a GiB below
             printed = "".join(call.args[0] for call in stdout.write.call_args_list)
             # Both rows: the key's own kernel against the default on the calls it serves (the
             # huge shape left out: 0.344 is the default's score without it), and the large-call
@@ -587,15 +619,19 @@ class ResumeTest(unittest.TestCase):
                           "in_place_calls:vector_pairs=16 |", printed)
 
     def test_in_place_only_adds_in_place_kernels_to_the_machines_file(self):
-        with fake_tool() as (tmp, _):
-            base = ["--target", FAMILY, "--build", tmp, "--out-dir", tmp, "--large-calls-from", "0"]
-            self.assertEqual(rt.main(base + HALF_KEY + ["--fresh"]), 0)  # no in-place kernel pays here
+        with fake_tool() as (tmp, _), mock.patch("sys.stderr"):
+            base = ["--target", FAMILY, "--build", tmp, "--out-dir", tmp]
+            in_place = ["--keys", "head_dim=128,dtype=bf16,source=cache", "--in-place-only"]
+            with self.assertRaises(SystemExit):  # no file to add to
+                rt.main(base + in_place)
+            self.assertEqual(rt.main(base + HALF_KEY + ["--fresh", "--large-calls-from", "0"]), 0)  # no in-place kernel pays
             out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
             before = json.loads(out.read_text())["kernels"][0]
             self.assertNotIn(rk.IN_PLACE_CALLS, before["params"])
             FakeWorkbench.landscape_class = InPlaceLandscape
-            in_place = ["--keys", "head_dim=128,dtype=bf16,source=cache", "--in-place-only"]
             self.assertEqual(rt.main(base + in_place), 0)
+            # Finished, though a key had no entry: a rerun starts afresh, not from a state.
+            self.assertFalse((pathlib.Path(tmp) / "tune" / FAMILY / "test-machine.state.json").exists())
             document = json.loads(out.read_text())
             self.assertEqual(len(document["kernels"]), 1)  # the interleaved key had no entry: left out
             after = document["kernels"][0]

@@ -33,6 +33,8 @@ Search, per key (staged, so a budget of minutes finds what the full sweep finds)
      place alone (a decode step and prefills), kept if they beat what those calls get without it.
 --full-sweep times every combination instead (for a few keys: it shows what the staged search
 misses), and confirms default, staged and full-sweep results against each other.
+--large-calls-only and --in-place-only run stage 4 or 5 alone on the kernels the machine's tuned
+file already gives each key, and add what they find to it.
 
 Scores are memcpy ratios (median memcpy time / median kernel time, measured in the same run),
 combined over shapes by geometric mean. The run is resumable: finished keys are kept in a
@@ -292,9 +294,12 @@ def staged_search(default, key, isa, measure, out_of_budget, judges=MEASURED_KNO
 def large_call_stage(default, tuned, tuned_m, key, isa, measure, from_bytes, judges=MEASURED_KNOBS):
     """The large-call kernel of a key (schedules' large_calls): the core grid with `tuned`'s
     layouts, judged on the shapes that move at least `from_bytes` alone (as `tuned_m` lists
-    them; only those are timed), by successive halving. Its winner must beat `tuned` there by LARGE_CALL_MIN_GAIN in two
+    them, or a first timing of `tuned` where it is None; only those shapes are timed), by
+    successive halving. Its winner must beat `tuned` there by LARGE_CALL_MIN_GAIN in two
     confirmation runs. Returns (the large_calls entry, its Measurement, tuned's), or None when no
     shape is that large or tuned serves those calls best."""
+    if tuned_m is None:
+        tuned_m = measure([tuned], REPS_SCREEN, "large-call shapes", from_bytes)[0] or Measurement({})
     large = [s for s, info in tuned_m.shapes.items() if info["bytes"] >= from_bytes]
     if not large:
         return None
@@ -377,23 +382,44 @@ def in_place_class(default, own, kernel, incumbent):
     return {**knobs, "layouts": layouts} if layouts else knobs
 
 
-def in_place_only(default, earlier, defaults, key, isa, measure, command):
-    """--in-place-only: stage 5 on the kernels the machine's file gives a key (its entry, `earlier`,
-    over the schedule file's `defaults`). Returns the entry with the in-place kernel it found, its
-    measurements and this `command` added, or `earlier` itself."""
-    tuned = canonical(rk.resolve(defaults, key, [("tuned file", earlier["key"], earlier["params"])]))
+def one_stage_only(default, earlier, defaults, call_class, with_kernel_of, command):
+    """--large-calls-only or --in-place-only: the stage that finds a key's `call_class` kernel,
+    `with_kernel_of(tuned, summary)` (with_large_call_kernel or with_in_place_kernel), on the
+    kernels the machine's file gives the key (its entry, `earlier`, over the schedule file's
+    `defaults`). Returns the entry with what the stage found, its measurements and this `command`
+    added, or `earlier` itself."""
+    tuned = canonical(rk.resolve(defaults, earlier["key"], [("tuned file", earlier["key"], earlier["params"])]))
     summary = dict(earlier["measured"])
-    with_kernel = with_in_place_kernel(default, tuned, key, isa, measure, summary)
+    with_kernel = with_kernel_of(tuned, summary)
     if with_kernel is tuned:
         return earlier
-    summary[rk.IN_PLACE_CALLS]["command"] = command
-    return {"key": key, "params": changed_params(default, with_kernel),
+    summary[call_class] = {**summary[call_class], "command": command}
+    return {"key": earlier["key"], "params": changed_params(default, with_kernel),
             "measured": {**summary, "changed": changed_knobs(default, with_kernel)}}
 
 
 def large_call_bytes(key, params):
     """The size from which `params`' large-call kernel takes a key's calls, or None without one."""
     return next((size for call_class, size, _ in rk.call_classes(key, params) if call_class == rk.LARGE_CALLS), None)
+
+
+def with_large_call_kernel(default, tuned, tuned_m, key, isa, measure, from_bytes, summary):
+    """Stage 4 on `tuned` (the key's kernel from stages 1-3, measured as `tuned_m`, or the kernels
+    of the machine's file, tuned_m None): `tuned` with its calls that move `from_bytes` or more
+    given to the large-call kernel the stage found, its measurements added to `summary`; `tuned`
+    itself where its own kernel stays, or where it has a large-call kernel already (a run without
+    --large-calls-only searches that key again)."""
+    if rk.LARGE_CALLS in tuned:
+        return tuned
+    found = large_call_stage(default, own_kernel(tuned), tuned_m, key, isa, measure, from_bytes)
+    if not found:
+        return tuned
+    entry, large_m, sibling_m = found
+    shapes = [s for s, info in large_m.shapes.items() if info["bytes"] >= from_bytes]
+    summary[rk.LARGE_CALLS] = {"memcpy_ratio": round(large_m.score(shapes=shapes), 3),
+                               "sibling_memcpy_ratio": round(sibling_m.score(shapes=shapes), 3),
+                               "shapes": sorted(shapes)}
+    return {**tuned, rk.LARGE_CALLS: entry}
 
 
 def with_in_place_kernel(default, tuned, key, isa, measure, summary):
@@ -761,9 +787,10 @@ def file_command(earlier_commands, command, results):
     """meta.tuned.command of a file whose entries are `results`, written by `command` after
     `earlier_commands`: the commands that wrote its entries (each records its own), in the order
     they ran, so that running it rebuilds the file. A key tuned again drops the earlier entry."""
-    # An in-place kernel added by --in-place-only names its own command.
+    # A kernel added by --large-calls-only or --in-place-only names its own command.
     used = collections.Counter(run for result in results.values() for run in (
-        result["measured"].get("command"), result["measured"].get(rk.IN_PLACE_CALLS, {}).get("command")) if run)
+        result["measured"].get("command"), *(result["measured"].get(c, {}).get("command") for c in rk.CALL_CLASSES))
+        if run)
     runs = [c for c in earlier_commands if c != command] + [command]  # a rerun of a command ran last
     ordered = [c for c in runs if c in used]
     # Commands of entries written before meta listed them all ran before it; the widest first.
@@ -889,9 +916,13 @@ def main(argv=None):
     parser.add_argument("--large-calls-from", type=int, default=None, metavar="BYTES",
                         help="search a large-call kernel (large_calls) for calls moving at least BYTES; "
                              "default: this machine's last-level cache size; 0: none")
-    parser.add_argument("--in-place-only", action="store_true",
-                        help="search the in-place kernels (stage 5) alone, on the kernels the machine's tuned file "
-                             "gives each key, and add them to it")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--large-calls-only", action="store_true",
+                      help="search the large-call kernels (stage 4) alone, on the kernels the machine's tuned file "
+                           "gives each key (those with one keep it), and add them to it")
+    only.add_argument("--in-place-only", action="store_true",
+                      help="search the in-place kernels (stage 5) alone, on the kernels the machine's tuned file "
+                           "gives each key, and add them to it")
     parser.add_argument("--mca-cpu", default="neoverse-n1", help="llvm-mca's CPU for modelled targets (default neoverse-n1)")
     parser.add_argument("--compare", action="store_true",
                         help="tune nothing: measure the existing tuned file's keys against the defaults afresh")
@@ -916,9 +947,16 @@ def main(argv=None):
         bench = ModelledBench(build, family, isa, args.jobs, progress.write, args.mca_cpu)
     else:
         parser.error(f"{family} kernels cannot run on this {host_arch} machine, and only aarch64 has a model")
-    if args.in_place_only and (args.full_sweep or args.large_calls_from is not None or bench.judges != MEASURED_KNOBS):
-        parser.error("--in-place-only times calls in place on this machine, on the kernels the machine's file gives: "
-                     "not with --full-sweep or --large-calls-from, nor for a modelled target")
+    # One stage alone (--large-calls-only, --in-place-only): its call class and its option.
+    only_stage = next(((call_class, option) for call_class, option, chosen in (
+        (rk.LARGE_CALLS, "--large-calls-only", args.large_calls_only),
+        (rk.IN_PLACE_CALLS, "--in-place-only", args.in_place_only)) if chosen), None)
+    if only_stage and (args.full_sweep or bench.judges != MEASURED_KNOBS):
+        parser.error(f"{only_stage[1]} times calls on this machine, on the kernels the machine's file gives: "
+                     "not with --full-sweep, nor for a modelled target")
+    if args.in_place_only and args.large_calls_from is not None:
+        parser.error("--in-place-only leaves the large-call kernels as the machine's file has them: "
+                     "not with --large-calls-from")
     if args.full_sweep and bench.judges != MEASURED_KNOBS:
         parser.error("--full-sweep needs measurements: the model of a target this machine cannot run judges only "
                      f"{', '.join(bench.judges)}")
@@ -957,14 +995,17 @@ def main(argv=None):
     from_bytes = last_level_cache_bytes() if args.large_calls_from is None else args.large_calls_from
     if from_bytes is not None and not 0 <= from_bytes <= rk.MAX_FROM_BYTES:
         parser.error(f"--large-calls-from: {from_bytes} must be 0 (none) or a byte count up to {rk.MAX_FROM_BYTES}")
-    if args.in_place_only and not earlier_results:
-        parser.error(f"--in-place-only adds in-place kernels to the entries of {out}, and it holds no current one: "
+    if args.large_calls_only and not from_bytes:
+        parser.error("--large-calls-only needs a size from which calls are large: --large-calls-from BYTES "
+                     "(not 0), or a last-level cache size this machine tells")
+    if only_stage and not earlier_results:
+        parser.error(f"{only_stage[1]} adds kernels to the entries of {out}, and it holds no current one: "
                      "tune without it first")
-    # What decides the results: the budget and --fresh do not, so a rerun may change them. An
-    # --in-place-only run builds on the file's entries as it found them.
+    # What decides the results: the budget and --fresh do not, so a rerun may change them. A run of
+    # one stage alone builds on the file's entries as it found them.
     identity = {"target": family, "keys": args.keys, "full_sweep": args.full_sweep, "mca_cpu": args.mca_cpu,
                 "large_calls_from": None if args.in_place_only else from_bytes,
-                "in_place_only": hashlib.sha256(out.read_bytes()).hexdigest()[:16] if args.in_place_only else False,
+                "only": [only_stage[1], hashlib.sha256(out.read_bytes()).hexdigest()[:16]] if only_stage else None,
                 "tools": bench.fingerprint, "halide": halide}
     state = json.loads(state_path.read_text()) if state_path.exists() and not args.fresh else {}
     results = state.get("results", {}) if state.get("identity") == identity else {}
@@ -988,13 +1029,19 @@ def main(argv=None):
             progress.show(f"{kid}: {stage}, {len(pool)} candidates x {reps} reps")
             return bench.measure(key, pool, reps, min_bytes, below_bytes, in_place)
 
-        if args.in_place_only:
+        if only_stage:
+            call_class, option = only_stage
             earlier = earlier_results.get(kid)
             if earlier is None:
-                progress.write(f"\nrope_tune: {kid} has no entry in {out} to add an in-place kernel to: "
-                               "tune it first (without --in-place-only)\n")
+                progress.write(f"\nrope_tune: {kid} has no entry in {out} to add a kernel to: "
+                               f"tune it first (without {option})\n")
             else:
-                results[kid] = in_place_only(default, earlier, defaults, key, isa, measure, command)
+                def with_kernel_of(tuned, summary, default=default, key=key, measure=measure):
+                    if call_class == rk.LARGE_CALLS:
+                        return with_large_call_kernel(default, tuned, None, key, isa, measure, from_bytes, summary)
+                    return with_in_place_kernel(default, tuned, key, isa, measure, summary)
+
+                results[kid] = one_stage_only(default, earlier, defaults, call_class, with_kernel_of, command)
                 write_json(state_path, {"identity": identity, "results": results, "sweeps": sweep_report})
             progress.key_done(time.monotonic() - started)
             continue
@@ -1011,16 +1058,8 @@ def main(argv=None):
             tuned, tuned_m, default_m = staged_search(default, key, isa, measure,
                                                       lambda: progress.elapsed() > args.budget, bench.judges)
         summary = tuned_m.summary(default_m)
-        large = None
         if from_bytes and bench.judges == MEASURED_KNOBS and not progress.elapsed() > args.budget:
-            large = large_call_stage(default, tuned, tuned_m, key, isa, measure, from_bytes)
-        if large:
-            entry, large_m, sibling_m = large
-            tuned = {**tuned, rk.LARGE_CALLS: entry}
-            shapes = [s for s, info in large_m.shapes.items() if info["bytes"] >= from_bytes]
-            summary[rk.LARGE_CALLS] = {"memcpy_ratio": round(large_m.score(shapes=shapes), 3),
-                                       "sibling_memcpy_ratio": round(sibling_m.score(shapes=shapes), 3),
-                                       "shapes": sorted(shapes)}
+            tuned = with_large_call_kernel(default, tuned, tuned_m, key, isa, measure, from_bytes, summary)
         if bench.judges == MEASURED_KNOBS and not progress.elapsed() > args.budget:
             tuned = with_in_place_kernel(default, tuned, key, isa, measure, summary)
         # The command per entry: a file may gather keys of several runs (--keys).
@@ -1036,7 +1075,7 @@ def main(argv=None):
             "command": file_command(earlier_commands, command, merged)}
     write_json(out, tuned_document(family, meta, merged))
     rk.load_tuned_file(out, family, halide, ropegen)  # what the build will read
-    print(table(results, [key for key in keys if key_id(key) in results] if args.in_place_only else keys))
+    print(table(results, [key for key in keys if key_id(key) in results] if only_stage else keys))
     for kid, report in sweep_report.items():
         print(f"full sweep {kid}: default {report['default']}, staged {report['staged']}, "
               f"full sweep {report['full_sweep']} (staged reaches {report['staged_of_full']:.1%} of it)")

@@ -647,6 +647,41 @@ class ResumeTest(unittest.TestCase):
             resolved = rk.resolve(defaults, KEY, rk.load_tuned_file(out, FAMILY, "21.0.0", "0.1.0"))
             self.assertEqual(resolved[rk.IN_PLACE_CALLS], IN_PLACE_ENTRY)
 
+    def test_large_calls_only_adds_large_call_kernels_to_the_machines_file(self):
+        with fake_tool() as (tmp, _), mock.patch("sys.stderr"):
+            base = ["--target", FAMILY, *HALF_KEY, "--build", tmp, "--out-dir", tmp]
+            large = ["--large-calls-only", "--large-calls-from", str(1 << 29)]
+            self.assertEqual(rt.main(base + ["--fresh", "--large-calls-from", "0"]), 0)  # stage 4 off
+            out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
+            before = json.loads(out.read_text())["kernels"][0]
+            self.assertNotIn(rk.LARGE_CALLS, before["params"])
+            for refused in (["--large-calls-only", "--large-calls-from", "0"], large + ["--in-place-only"],
+                            large + ["--full-sweep"]):
+                with self.assertRaises(SystemExit):
+                    rt.main(base + refused)
+            FakeWorkbench.landscape_class, FakeWorkbench.min_bytes_seen = LargeLandscape, set()
+            self.assertEqual(rt.main(base + large), 0)
+            self.assertEqual(FakeWorkbench.min_bytes_seen, {1 << 29})  # the large shape alone was timed
+            self.assertFalse((pathlib.Path(tmp) / "tune" / FAMILY / "test-machine.state.json").exists())
+            document = json.loads(out.read_text())
+            after = document["kernels"][0]
+            # The key's own kernel is the file's; the large-call one is added, with its command.
+            self.assertEqual({k: v for k, v in after["params"].items() if k != rk.LARGE_CALLS}, before["params"])
+            entry = after["params"][rk.LARGE_CALLS]
+            self.assertEqual((entry["from_bytes"], entry["vector_pairs"]), (1 << 29, 16))
+            self.assertEqual(after["measured"]["memcpy_ratio"], before["measured"]["memcpy_ratio"])
+            self.assertEqual(after["measured"][rk.LARGE_CALLS]["shapes"], ["prefill_huge"])
+            self.assertIn("large_calls(536870912):vector_pairs=16", after["measured"]["changed"])
+            large_command = "bench/tune/rope_tune.py " + " ".join(base + large)
+            self.assertEqual(after["measured"][rk.LARGE_CALLS]["command"], large_command)
+            self.assertEqual(document["meta"]["tuned"]["command"].split(rt.COMMAND_SEPARATOR),
+                             [before["measured"]["command"], large_command])
+            # A key with a large-call kernel keeps it: nothing is timed.
+            FakeWorkbench.measure_calls = collections.Counter()
+            self.assertEqual(rt.main(base + large + ["--large-calls-from", str(1 << 28)]), 0)
+            self.assertEqual(FakeWorkbench.measure_calls, {})
+            self.assertEqual(json.loads(out.read_text())["kernels"][0]["params"], after["params"])
+
     def test_the_file_names_every_command_that_wrote_it_in_order(self):
         with tempfile.TemporaryDirectory() as tmp, \
                 mock.patch.object(rt, "Workbench", FakeWorkbench), \

@@ -322,16 +322,22 @@ def large_call_stage(default, tuned, tuned_m, key, isa, measure, from_bytes, jud
     return {"from_bytes": from_bytes, **knobs}, best_m, tuned_m
 
 
-def own_kernel(params):
-    """The knobs of a key's kernel of every call: `params` without its call classes."""
-    return canonical({k: v for k, v in params.items() if k not in rk.CALL_CLASSES})
+def kernels_of(key, params):
+    """The kernels `params` gives a key, as the build makes them (ropegen_kernels.call_classes):
+    {call class (None: the key's own kernel, of every call): (min_call_bytes, knobs)}."""
+    return {call_class: (size, canonical(knobs)) for call_class, size, knobs in rk.call_classes(key, params)}
+
+
+def own_kernel(key, params):
+    """The knobs of a key's kernel of every call."""
+    return kernels_of(key, params)[None][1]
 
 
 def in_place_kernel(key, params):
     """The knobs of the kernel that serves `params`' calls in place below a large-call kernel's size:
     the in-place sibling where `params` has one, else the key's own kernel."""
-    served = {call_class: knobs for call_class, _, knobs in rk.call_classes(key, params)}
-    return canonical(served.get(rk.IN_PLACE_CALLS, served[None]))
+    kernels = kernels_of(key, params)
+    return kernels.get(rk.IN_PLACE_CALLS, kernels[None])[1]
 
 
 def in_place_stage(default, tuned, key, isa, measure, below_bytes=None):
@@ -342,7 +348,7 @@ def in_place_stage(default, tuned, key, isa, measure, below_bytes=None):
     kernel that serves those calls without the stage (`in_place_kernel`), by IN_PLACE_MIN_GAIN in
     two confirmation runs. Returns (the winner's knobs, its Measurement, the incumbent's), or None
     where the incumbent stays or no call in place is that small."""
-    own, incumbent = own_kernel(tuned), in_place_kernel(key, tuned)
+    own, incumbent = own_kernel(key, tuned), in_place_kernel(key, tuned)
 
     def in_place(pool, reps, stage):
         return measure(pool, reps, f"in-place {stage}", below_bytes=below_bytes, in_place=True)
@@ -400,7 +406,7 @@ def one_stage_only(default, earlier, defaults, call_class, with_kernel_of, comma
 
 def large_call_bytes(key, params):
     """The size from which `params`' large-call kernel takes a key's calls, or None without one."""
-    return next((size for call_class, size, _ in rk.call_classes(key, params) if call_class == rk.LARGE_CALLS), None)
+    return kernels_of(key, params).get(rk.LARGE_CALLS, (None,))[0]
 
 
 def with_large_call_kernel(default, tuned, tuned_m, key, isa, measure, from_bytes, summary):
@@ -411,7 +417,7 @@ def with_large_call_kernel(default, tuned, tuned_m, key, isa, measure, from_byte
     --large-calls-only searches that key again)."""
     if rk.LARGE_CALLS in tuned:
         return tuned
-    found = large_call_stage(default, own_kernel(tuned), tuned_m, key, isa, measure, from_bytes)
+    found = large_call_stage(default, own_kernel(key, tuned), tuned_m, key, isa, measure, from_bytes)
     if not found:
         return tuned
     entry, large_m, sibling_m = found
@@ -433,7 +439,7 @@ def with_in_place_kernel(default, tuned, key, isa, measure, summary):
     kernel, kernel_m, incumbent_m = found
     summary[rk.IN_PLACE_CALLS] = {"memcpy_ratio": kernel_m.headline(), "incumbent_memcpy_ratio": incumbent_m.headline(),
                                   "shapes": sorted(kernel_m.shapes)}
-    entry = in_place_class(default, own_kernel(tuned), kernel, in_place_kernel(key, tuned))
+    entry = in_place_class(default, own_kernel(key, tuned), kernel, in_place_kernel(key, tuned))
     others = {k: v for k, v in tuned.items() if k != rk.IN_PLACE_CALLS}
     return {**others, rk.IN_PLACE_CALLS: entry} if entry else others
 
@@ -844,23 +850,22 @@ def compare(bench, defaults, tuned_entries, keys, progress):
         default, tuned = ({k: v for k, v in params.items() if k != rk.IN_PLACE_CALLS} for params in (default_all, tuned_all))
         tuned_in_place = any(rk.IN_PLACE_CALLS in params for _, match, params in tuned_entries
                              if key_id(match) == key_id(key))
-        # (call class, min_call_bytes, params): the key's own kernel last, a large-call one before it.
-        classes = rk.call_classes(key, tuned)
-        own = canonical(classes[-1][2])
-        large_row = len(classes) > 1 and bench.judges == MEASURED_KNOBS  # the model has no call sizes
+        kernels = kernels_of(key, tuned)
+        own = kernels[None][1]
+        large_row = rk.LARGE_CALLS in kernels and bench.judges == MEASURED_KNOBS  # the model has no call sizes
         in_place_row = tuned_in_place and bench.judges == MEASURED_KNOBS
         if own == default and not large_row and not in_place_row:
             kept += 1
             continue
         knobs = changed_knobs(default_all, tuned_all)
         # With a large-call kernel, the key's own one serves the calls below its size only.
-        from_bytes = classes[0][1] if large_row else math.inf
+        from_bytes, large = kernels[rk.LARGE_CALLS] if large_row else (math.inf, None)
         if own != default:
             label = key_id(key) if not large_row else f"{key_id(key)}, calls below {from_bytes} bytes"
             row(key, label, [default, own], [k for k in knobs if not k.startswith(rk.CALL_CLASSES)], below_bytes=from_bytes)
         if large_row:
             row(key, f"{key_id(key)}, calls from {from_bytes} bytes (tuned: the large-call kernel)",
-                [own, canonical(classes[0][2])], [k for k in knobs if k.startswith(rk.LARGE_CALLS)], min_bytes=from_bytes)
+                [own, large], [k for k in knobs if k.startswith(rk.LARGE_CALLS)], min_bytes=from_bytes)
         if in_place_row:
             row(key, f"{key_id(key)}, calls in place (tuned: the in-place kernel)",
                 [in_place_kernel(key, default_all), in_place_kernel(key, tuned_all)],

@@ -265,8 +265,8 @@ def parse_harness_output(lines):
             quartiles = statistics.quantiles(ns, n=4) if len(ns) > 1 else [ns[0]] * 3
             median = statistics.median(ns)
             results.setdefault(cid, Measurement({})).shapes[shape] = {
-                "layout": record["layout"], "bytes": record["bytes"], "ns": median, "memcpy_ns": memcpy_ns,
-                "spread": (quartiles[2] - quartiles[0]) / median}
+                "layout": record["layout"], "in_place": record["in_place"], "bytes": record["bytes"], "ns": median,
+                "memcpy_ns": memcpy_ns, "spread": (quartiles[2] - quartiles[0]) / median}
     results.update(failures)
     return results
 
@@ -828,14 +828,16 @@ def compare(bench, defaults, tuned_entries, keys, progress):
     tuned_keys = {key_id(match) for _, match, _ in tuned_entries}
     rows, kept, failed = [], 0, []
 
-    def row(key, label, pair, knobs, min_bytes=0, below_bytes=math.inf, in_place=False):
+    def row(key, label, pair, knobs, min_bytes=0, below_bytes=math.inf, in_place=False, out_of_place=False):
         """`pair` measured and scored on the shapes that move [min_bytes, below_bytes), the calls in
-        place alone with `in_place`."""
+        place alone with `in_place`, the calls out of place alone with `out_of_place`."""
         progress.show(f"{label}: {REPS_CONFIRM} reps")
         measured = bench.measure(key, pair, REPS_CONFIRM, min_bytes, in_place=in_place)
         if None in measured and key not in failed:
             failed.append(key)
-        shapes = [[s for s, info in m.shapes.items() if info["bytes"] < below_bytes] if m else [] for m in measured]
+        shapes = [[s for s, info in m.shapes.items()
+                   if info["bytes"] < below_bytes and not (out_of_place and info["in_place"])] if m else []
+                  for m in measured]
         cells = [m.headline(names) if m and names else "fails its check" if m is None else "no shape of that size"
                  for m, names in zip(measured, shapes)]
         timed = all(shapes)
@@ -858,11 +860,14 @@ def compare(bench, defaults, tuned_entries, keys, progress):
             kept += 1
             continue
         knobs = changed_knobs(default_all, tuned_all)
-        # With a large-call kernel, the key's own one serves the calls below its size only.
+        # With a large-call kernel, the key's own one serves the calls below its size only, and with
+        # an in-place one (the defaults' or the tuned file's), the calls out of place.
         from_bytes, large = kernels[rk.LARGE_CALLS] if large_row else (math.inf, None)
+        in_place_served = any(rk.IN_PLACE_CALLS in kernels_of(key, params) for params in (default_all, tuned_all))
         if own != default:
             label = key_id(key) if not large_row else f"{key_id(key)}, calls below {from_bytes} bytes"
-            row(key, label, [default, own], [k for k in knobs if not k.startswith(rk.CALL_CLASSES)], below_bytes=from_bytes)
+            row(key, label, [default, own], [k for k in knobs if not k.startswith(rk.CALL_CLASSES)], below_bytes=from_bytes,
+                out_of_place=in_place_served)
         if large_row:
             row(key, f"{key_id(key)}, calls from {from_bytes} bytes (tuned: the large-call kernel)",
                 [own, large], [k for k in knobs if k.startswith(rk.LARGE_CALLS)], min_bytes=from_bytes)

@@ -373,8 +373,10 @@ void time_shape(const Options &options, const TimedShape &shape, const std::vect
     for (const Timed &t : timed) {
         std::string ns;
         for (double value : t.ns) ns += (ns.empty() ? "" : ", ") + std::to_string(value);
-        std::printf("{\"candidate\": %s, \"shape\": \"%s\", \"layout\": \"%s\", \"bytes\": %zu, \"ns\": [%s]}\n",
-                    json_string(t.id).c_str(), shape.name, shape.layout, static_cast<size_t>(moved), ns.c_str());
+        std::printf("{\"candidate\": %s, \"shape\": \"%s\", \"layout\": \"%s\", \"in_place\": %s, \"bytes\": %zu, "
+                    "\"ns\": [%s]}\n",
+                    json_string(t.id).c_str(), shape.name, shape.layout, in_place ? "true" : "false",
+                    static_cast<size_t>(moved), ns.c_str());
     }
     std::fflush(stdout);
 }

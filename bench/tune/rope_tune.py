@@ -206,7 +206,7 @@ def layout_candidates():
 class Measurement:
     """One candidate in one harness run: per timed shape, its layout group, bytes moved, and the
     median times of the candidate and of the memcpy measured beside it."""
-    shapes: dict  # shape -> {"layout", "bytes", "ns", "memcpy_ns", "spread"}
+    shapes: dict  # shape -> {"layout", "in_place" (measured only), "bytes", "ns", "memcpy_ns", "spread"}
     UNIT = "memcpy_ratio"  # what summary() and the tables report
 
     def ratio(self, shape):
@@ -413,10 +413,7 @@ def with_large_call_kernel(default, tuned, tuned_m, key, isa, measure, from_byte
     """Stage 4 on `tuned` (the key's kernel from stages 1-3, measured as `tuned_m`, or the kernels
     of the machine's file, tuned_m None): `tuned` with its calls that move `from_bytes` or more
     given to the large-call kernel the stage found, its measurements added to `summary`; `tuned`
-    itself where its own kernel stays, or where it has a large-call kernel already (a run without
-    --large-calls-only searches that key again)."""
-    if rk.LARGE_CALLS in tuned:
-        return tuned
+    itself where its own kernel stays."""
     found = large_call_stage(default, own_kernel(key, tuned), tuned_m, key, isa, measure, from_bytes)
     if not found:
         return tuned
@@ -847,23 +844,20 @@ def compare(bench, defaults, tuned_entries, keys, progress):
     for key in (k for k in keys if key_id(k) in tuned_keys):
         progress.done += 1
         default_all, tuned_all = (canonical(rk.resolve(defaults, key, layer)) for layer in ((), tuned_entries))
-        # An in-place kernel has a row of its own where the tuned file sets it (else it is the
-        # schedule file's, and its calls are judged with the key's own kernel's).
-        default, tuned = ({k: v for k, v in params.items() if k != rk.IN_PLACE_CALLS} for params in (default_all, tuned_all))
-        tuned_in_place = any(rk.IN_PLACE_CALLS in params for _, match, params in tuned_entries
-                             if key_id(match) == key_id(key))
-        kernels = kernels_of(key, tuned)
-        own = kernels[None][1]
-        large_row = rk.LARGE_CALLS in kernels and bench.judges == MEASURED_KNOBS  # the model has no call sizes
-        in_place_row = tuned_in_place and bench.judges == MEASURED_KNOBS
+        default_kernels, kernels = kernels_of(key, default_all), kernels_of(key, tuned_all)
+        default, own = default_kernels[None][1], kernels[None][1]
+        measured = bench.judges == MEASURED_KNOBS  # the model sees neither call sizes nor calls in place
+        large_row = measured and rk.LARGE_CALLS in kernels
+        # With a large-call kernel, the key's own one serves the calls below its size only, and with
+        # an in-place one (the defaults' or the tuned file's), the calls out of place; the calls in
+        # place have a row of their own where the defaults and the tuned file serve them differently.
+        in_place_served = measured and any(rk.IN_PLACE_CALLS in k for k in (default_kernels, kernels))
+        in_place_row = measured and in_place_kernel(key, default_all) != in_place_kernel(key, tuned_all)
         if own == default and not large_row and not in_place_row:
             kept += 1
             continue
         knobs = changed_knobs(default_all, tuned_all)
-        # With a large-call kernel, the key's own one serves the calls below its size only, and with
-        # an in-place one (the defaults' or the tuned file's), the calls out of place.
         from_bytes, large = kernels[rk.LARGE_CALLS] if large_row else (math.inf, None)
-        in_place_served = any(rk.IN_PLACE_CALLS in kernels_of(key, params) for params in (default_all, tuned_all))
         if own != default:
             label = key_id(key) if not large_row else f"{key_id(key)}, calls below {from_bytes} bytes"
             row(key, label, [default, own], [k for k in knobs if not k.startswith(rk.CALL_CLASSES)], below_bytes=from_bytes,
@@ -961,9 +955,9 @@ def main(argv=None):
     only_stage = next(((call_class, option) for call_class, option, chosen in (
         (rk.LARGE_CALLS, "--large-calls-only", args.large_calls_only),
         (rk.IN_PLACE_CALLS, "--in-place-only", args.in_place_only)) if chosen), None)
-    if only_stage and (args.full_sweep or bench.judges != MEASURED_KNOBS):
+    if only_stage and (args.full_sweep or args.compare or bench.judges != MEASURED_KNOBS):
         parser.error(f"{only_stage[1]} times calls on this machine, on the kernels the machine's file gives: "
-                     "not with --full-sweep, nor for a modelled target")
+                     "not with --full-sweep or --compare, nor for a modelled target")
     if args.in_place_only and args.large_calls_from is not None:
         parser.error("--in-place-only leaves the large-call kernels as the machine's file has them: "
                      "not with --large-calls-from")
@@ -1013,11 +1007,14 @@ def main(argv=None):
                      "tune without it first")
     # What decides the results: the budget and --fresh do not, so a rerun may change them. A run of
     # one stage alone builds on the file's entries as it found them.
+    file_hash = hashlib.sha256(out.read_bytes()).hexdigest()[:16] if only_stage else None
     identity = {"target": family, "keys": args.keys, "full_sweep": args.full_sweep, "mca_cpu": args.mca_cpu,
                 "large_calls_from": None if args.in_place_only else from_bytes,
-                "only": [only_stage[1], hashlib.sha256(out.read_bytes()).hexdigest()[:16]] if only_stage else None,
+                "only": [only_stage[1], file_hash] if only_stage else None,
                 "tools": bench.fingerprint, "halide": halide}
     state = json.loads(state_path.read_text()) if state_path.exists() and not args.fresh else {}
+    if only_stage and file_hash == state.get("wrote"):  # the file a run stopped by its budget wrote: it goes on
+        identity["only"] = state["identity"]["only"]
     results = state.get("results", {}) if state.get("identity") == identity else {}
     if results:
         progress.write(f"rope_tune: resuming {state_path}: {len(results)} key(s) already tuned\n")
@@ -1047,9 +1044,12 @@ def main(argv=None):
                                f"tune it first (without {option})\n")
             else:
                 def with_kernel_of(tuned, summary, default=default, key=key, measure=measure):
-                    if call_class == rk.LARGE_CALLS:
-                        return with_large_call_kernel(default, tuned, None, key, isa, measure, from_bytes, summary)
-                    return with_in_place_kernel(default, tuned, key, isa, measure, summary)
+                    if call_class == rk.IN_PLACE_CALLS:
+                        return with_in_place_kernel(default, tuned, key, isa, measure, summary)
+                    # A key with a large-call kernel keeps it: a run of the whole key searches again.
+                    if large_call_bytes(key, tuned) is not None:
+                        return tuned
+                    return with_large_call_kernel(default, tuned, None, key, isa, measure, from_bytes, summary)
 
                 results[kid] = one_stage_only(default, earlier, defaults, call_class, with_kernel_of, command)
                 write_json(state_path, {"identity": identity, "results": results, "sweeps": sweep_report})
@@ -1084,6 +1084,9 @@ def main(argv=None):
             "ropegen": ropegen, "date": datetime.date.today().isoformat(),
             "command": file_command(earlier_commands, command, merged)}
     write_json(out, tuned_document(family, meta, merged))
+    if only_stage and not finished and state_path.exists():  # a rerun goes on from the file written here
+        state = json.loads(state_path.read_text())
+        write_json(state_path, {**state, "wrote": hashlib.sha256(out.read_bytes()).hexdigest()[:16]})
     rk.load_tuned_file(out, family, halide, ropegen)  # what the build will read
     print(table(results, [key for key in keys if key_id(key) in results] if only_stage else keys))
     for kid, report in sweep_report.items():

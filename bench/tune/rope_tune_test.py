@@ -278,10 +278,10 @@ class InPlaceLandscape(Landscape):
         return self.speed(as_if, layout) * (1.0 if fits else 0.7)
 
 
-class DecodeInPlaceLandscape(InPlaceLandscape):
-    """InPlaceLandscape whose runs out of place also time a decode step in place, as the harness's
-    do, at half the memcpy ratio of the other shapes for every candidate (the search's choice
-    stays; a score that counts it drops)."""
+class DecodeInPlaceLandscape(Landscape):
+    """Landscape whose runs out of place also time a decode step in place, as the harness's do, at
+    half the memcpy ratio of the other shapes for every candidate (the search's choice stays; a
+    score that counts it drops)."""
 
     def shapes(self, params, in_place=False):
         shapes = super().shapes(params, in_place)
@@ -289,6 +289,10 @@ class DecodeInPlaceLandscape(InPlaceLandscape):
             decode = {**shapes["decode_bshd"], "in_place": True}
             shapes["decode_bshd_in_place"] = {**decode, "ns": 2 * decode["ns"]}
         return shapes
+
+
+class InPlaceDecodeLandscape(DecodeInPlaceLandscape, InPlaceLandscape):
+    """InPlaceLandscape's calls in place, DecodeInPlaceLandscape's runs out of place."""
 
 
 # What InPlaceLandscape's calls in place favour, as the in_place_calls of KEY's entry.
@@ -615,7 +619,7 @@ class ResumeTest(unittest.TestCase):
             self.assertIn("The other 0 keys kept the defaults.", printed)
 
     def test_an_in_place_kernel_is_written_and_compared_on_calls_in_place(self):
-        with fake_tool(DecodeInPlaceLandscape) as (tmp, stdout):
+        with fake_tool(InPlaceDecodeLandscape) as (tmp, stdout):
             argv = ["--target", FAMILY, *HALF_KEY, "--build", tmp, "--out-dir", tmp]
             self.assertEqual(rt.main(argv + ["--fresh", "--large-calls-from", "0"]), 0)
             entry = json.loads((pathlib.Path(tmp) / FAMILY / "test-machine.json").read_text())["kernels"][0]
@@ -629,7 +633,7 @@ class ResumeTest(unittest.TestCase):
             # and the in-place one against the default's kernel on calls in place alone.
             defaults = rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY)
             tuned = rk.resolve(defaults, KEY, [("tuned file", KEY, entry["params"])])
-            own_row = [rt.Measurement(DecodeInPlaceLandscape().shapes(params)).headline(list(SHAPES))
+            own_row = [rt.Measurement(InPlaceDecodeLandscape().shapes(params)).headline(list(SHAPES))
                        for params in (default_params(), rt.own_kernel(KEY, tuned))]
             self.assertIn(f"| half/cache/d128/bf16 | {own_row[0]} | {own_row[1]} |", printed)
             self.assertIn("| half/cache/d128/bf16, calls in place (tuned: the in-place kernel) | ", printed)
@@ -699,6 +703,51 @@ class ResumeTest(unittest.TestCase):
             self.assertEqual(rt.main(base + large + ["--large-calls-from", str(1 << 28)]), 0)
             self.assertEqual(FakeWorkbench.measure_calls, {})
             self.assertEqual(json.loads(out.read_text())["kernels"][0]["params"], after["params"])
+
+    def test_compare_times_the_schedule_files_in_place_kernel_over_each_side(self):
+        # The AVX-512 file gives this key an in-place kernel; the tuned file does not set one.
+        key = {**KEY, "style": "interleaved", "dtype": "f32"}
+        with fake_tool(DecodeInPlaceLandscape) as (tmp, stdout):
+            argv = ["--target", FAMILY, "--keys", "style=interleaved,head_dim=128,dtype=f32,source=cache",
+                    "--build", tmp, "--out-dir", tmp]
+            self.assertEqual(rt.main(argv + ["--fresh", "--large-calls-from", "0"]), 0)
+            out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
+            entry = json.loads(out.read_text())["kernels"][0]
+            self.assertNotIn(rk.IN_PLACE_CALLS, entry["params"])
+            stdout.reset_mock()
+            self.assertEqual(rt.main(argv + ["--compare"]), 0)
+            printed = "".join(call.args[0] for call in stdout.write.call_args_list)
+            # The own row on the calls out of place; the calls in place get the file's in-place
+            # kernel over the default kernel against the same over the tuned one.
+            defaults = rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY)
+            tuned = rt.canonical(rk.resolve(defaults, key, [("tuned file", key, entry["params"])]))
+            landscape = DecodeInPlaceLandscape()
+            own_row = [rt.Measurement(landscape.shapes(rt.own_kernel(key, params))).headline(list(SHAPES))
+                       for params in (default_params(key), tuned)]
+            self.assertIn(f"| interleaved/cache/d128/f32 | {own_row[0]} | {own_row[1]} |", printed)
+            in_place_row = [rt.Measurement(landscape.shapes(rt.in_place_kernel(key, params), in_place=True)).headline()
+                            for params in (default_params(key), tuned)]
+            self.assertIn(f"| interleaved/cache/d128/f32, calls in place (tuned: the in-place kernel) | {in_place_row[0]} | "
+                          f"{in_place_row[1]} |", printed)
+
+    def test_a_one_stage_run_stopped_by_its_budget_goes_on_from_its_file(self):
+        with fake_tool() as (tmp, _), mock.patch("sys.stderr"):
+            base = ["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache", "--build", tmp, "--out-dir", tmp]
+            self.assertEqual(rt.main(base + ["--fresh", "--large-calls-from", "0"]), 0)  # both styles, no in-place kernel
+            FakeWorkbench.landscape_class, FakeWorkbench.measure_calls = InPlaceLandscape, collections.Counter()
+            with mock.patch.object(rt.Progress, "elapsed", lambda progress: 1e9 if progress.done else 0.0):
+                self.assertEqual(rt.main(base + ["--in-place-only"]), 0)  # the budget is spent after the first key
+            out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
+            self.assertEqual([rk.IN_PLACE_CALLS in e["params"] for e in json.loads(out.read_text())["kernels"]],
+                             [True, False])
+            # The rerun goes on with the second key: the first, whose in-place kernel the file now
+            # holds, would be searched again from a fresh start.
+            FakeWorkbench.measure_calls = collections.Counter()
+            self.assertEqual(rt.main(base + ["--in-place-only"]), 0)
+            self.assertEqual(list(FakeWorkbench.measure_calls), ["interleaved/cache/d128/bf16"])
+            document = json.loads(out.read_text())
+            self.assertEqual([rk.IN_PLACE_CALLS in e["params"] for e in document["kernels"]], [True, True])
+            self.assertEqual(len(document["meta"]["tuned"]["command"].split(rt.COMMAND_SEPARATOR)), 2)
 
     def test_the_file_names_every_command_that_wrote_it_in_order(self):
         with tempfile.TemporaryDirectory() as tmp, \

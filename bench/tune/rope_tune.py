@@ -849,10 +849,11 @@ def compare(bench, defaults, tuned_entries, keys, progress):
         measured = bench.judges == MEASURED_KNOBS  # the model sees neither call sizes nor calls in place
         large_row = measured and rk.LARGE_CALLS in kernels
         # With a large-call kernel, the key's own one serves the calls below its size only, and with
-        # an in-place one (the defaults' or the tuned file's), the calls out of place; the calls in
-        # place have a row of their own where the defaults and the tuned file serve them differently.
+        # an in-place one (the defaults' or the tuned file's), the calls out of place; those in
+        # place then have a row of their own where the defaults and the tuned file serve them
+        # with different kernels.
         in_place_served = measured and any(rk.IN_PLACE_CALLS in k for k in (default_kernels, kernels))
-        in_place_row = measured and in_place_kernel(key, default_all) != in_place_kernel(key, tuned_all)
+        in_place_row = in_place_served and in_place_kernel(key, default_all) != in_place_kernel(key, tuned_all)
         if own == default and not large_row and not in_place_row:
             kept += 1
             continue

@@ -583,6 +583,7 @@ class ResumeTest(unittest.TestCase):
             begin, end = sections["test-machine"]
             written = text[text.index(begin):text.index(end)]
             self.assertIn("| half/cache/d128/bf16 |", written)
+            self.assertNotIn("calls in place", written)  # no in-place kernel on either side: no row of their own
             self.assertNotIn("old table", written)
             begin, end = sections["other-machine"]
             self.assertEqual(text[text.index(begin):text.index(end) + len(end)], f"{begin}\nold table\n{end}")

@@ -11,7 +11,8 @@
 // list.txt has one candidate per line: "<id> <shared object> <function name> <pair words: 0|1>"
 // (1: it stores its 16-bit lanes as 32-bit words, KernelEntry::pair_words). Output, one JSON
 // object per line: {"candidate": id, "verified": true|false, "failure": "..."} for every
-// candidate, then {"candidate": id, "shape": ..., "layout": ..., "bytes": ..., "ns": [...]} per
+// candidate, then {"candidate": id, "shape": ..., "layout": ..., "in_place": true|false, "bytes": ...,
+// "ns": [...]} per
 // candidate and timed shape, with "memcpy" as the id of a copy of the same bytes.
 //
 // Timing: every candidate is first checked against the fp64 oracle (a failing one is never timed),

@@ -281,9 +281,7 @@ def staged_search(default, key, isa, measure, out_of_budget, judges=MEASURED_KNO
     pool = [with_core(default, core) for core in core_candidates(key, isa, default, judges)]
     if canonical(default) not in pool:
         pool.append(canonical(default))
-    ranked = _ranked(pool, measure(pool, REPS_SCREEN, "core knobs"))
-    finalists = ranked[:max(3, len(ranked) // 3)]
-    best = _ranked(finalists, measure(finalists, REPS_FINAL, "core finalists"))[0]
+    best = _halving(pool, lambda pool, reps, stage: measure(pool, reps, f"core {stage}"))
     # 2. Layout knobs with the best core.
     if "layouts" in judges and not out_of_budget():
         best, _ = _layout_stage(best, measure, "layout knobs")
@@ -303,21 +301,18 @@ def large_call_stage(default, tuned, tuned_m, key, isa, measure, from_bytes, jud
     large = [s for s, info in tuned_m.shapes.items() if info["bytes"] >= from_bytes]
     if not large:
         return None
+
+    def large_calls(pool, reps, stage):  # times those shapes alone
+        return measure(pool, reps, f"large-call {stage}", from_bytes)
+
     tuned = canonical(tuned)
     pool = [tuned] + [p for p in (with_core(tuned, core) for core in core_candidates(key, isa, default, judges))
                       if p != tuned]
-    measurements = measure(pool, REPS_SCREEN, "large-call knobs", from_bytes)
-    scored = sorted((-m.score(shapes=large), i) for i, m in enumerate(measurements) if m is not None)
-    finalists = [pool[i] for _, i in scored[:max(3, len(scored) // 3)]]
-    measurements = measure(finalists, REPS_FINAL, "large-call finalists", from_bytes)
-    best = finalists[max(range(len(finalists)),
-                         key=lambda i: measurements[i].score(shapes=large) if measurements[i] else 0.0)]
-    if best == tuned:
+    best = _halving(pool, large_calls)
+    confirmed = best not in (None, tuned) and _beats_twice(tuned, best, large_calls, LARGE_CALL_MIN_GAIN)
+    if not confirmed:
         return None
-    for stage in ("large-call confirmation", "large-call second confirmation"):
-        tuned_m, best_m = measure([tuned, best], REPS_CONFIRM, stage, from_bytes)
-        if best_m is None or best_m.score(shapes=large) < LARGE_CALL_MIN_GAIN * tuned_m.score(shapes=large):
-            return None
+    best_m, tuned_m = confirmed
     knobs = {knob: best[knob] for knob in rk.CORE_KNOBS if knob != "cos_sin_at" and best[knob] != tuned[knob]}
     return {"from_bytes": from_bytes, **knobs}, best_m, tuned_m
 
@@ -357,19 +352,14 @@ def in_place_stage(default, tuned, key, isa, measure, below_bytes=None):
     for params in [own, incumbent] + [with_core(own, core) for core in core_candidates(key, isa, default)]:
         if params not in pool:
             pool.append(params)
-    screened = in_place(pool, REPS_SCREEN, "knobs")
-    if not any(m is not None and m.shapes for m in screened):
+    best = _halving(pool, in_place)
+    if best is None:
         return None
-    ranked = _ranked(pool, screened)
-    finalists = ranked[:max(3, len(ranked) // 3)]
-    best = _ranked(finalists, in_place(finalists, REPS_FINAL, "finalists"))[0]
     best, _ = _layout_stage(best, in_place, "layout knobs")
-    if best == incumbent:
+    confirmed = best != incumbent and _beats_twice(incumbent, best, in_place, IN_PLACE_MIN_GAIN)
+    if not confirmed:
         return None
-    for stage in ("confirmation", "second confirmation"):
-        incumbent_m, best_m = in_place([incumbent, best], REPS_CONFIRM, stage)
-        if best_m is None or best_m.score() < IN_PLACE_MIN_GAIN * incumbent_m.score():
-            return None
+    best_m, incumbent_m = confirmed
     return best, best_m, incumbent_m
 
 
@@ -417,11 +407,9 @@ def with_large_call_kernel(default, tuned, tuned_m, key, isa, measure, from_byte
     found = large_call_stage(default, own_kernel(key, tuned), tuned_m, key, isa, measure, from_bytes)
     if not found:
         return tuned
-    entry, large_m, sibling_m = found
-    shapes = [s for s, info in large_m.shapes.items() if info["bytes"] >= from_bytes]
-    summary[rk.LARGE_CALLS] = {"memcpy_ratio": round(large_m.score(shapes=shapes), 3),
-                               "sibling_memcpy_ratio": round(sibling_m.score(shapes=shapes), 3),
-                               "shapes": sorted(shapes)}
+    entry, large_m, sibling_m = found  # timed on the large shapes alone
+    summary[rk.LARGE_CALLS] = {"memcpy_ratio": large_m.headline(), "sibling_memcpy_ratio": sibling_m.headline(),
+                               "shapes": sorted(large_m.shapes)}
     return {**tuned, rk.LARGE_CALLS: entry}
 
 
@@ -483,6 +471,29 @@ def confirm(default, contenders, measure):
     if best_m.score() < MIN_GAIN * default_m.score():
         return pool[0], default_m, default_m
     return pool[best], best_m, default_m
+
+
+def _halving(pool, measure):
+    """Successive halving: every candidate of `pool` a few repetitions, the best third (three at
+    least) again with more. The best finalist, or None where no shape was timed (every call of
+    the stage out of the sizes measured)."""
+    screened = measure(pool, REPS_SCREEN, "knobs")
+    if not any(m is not None and m.shapes for m in screened):
+        return None
+    ranked = _ranked(pool, screened)
+    finalists = ranked[:max(3, len(ranked) // 3)]
+    return _ranked(finalists, measure(finalists, REPS_FINAL, "finalists"))[0]
+
+
+def _beats_twice(incumbent, best, measure, gain):
+    """A call class's kernel against the one it would replace: (best's Measurement, incumbent's)
+    of the second of two confirmation runs, where `best` beats `incumbent` by `gain` in both
+    (one more kernel must pay beyond the noise); else None."""
+    for stage in ("confirmation", "second confirmation"):
+        incumbent_m, best_m = measure([incumbent, best], REPS_CONFIRM, stage)
+        if best_m is None or best_m.score() < gain * incumbent_m.score():
+            return None
+    return best_m, incumbent_m
 
 
 def _ranked(pool, measurements):

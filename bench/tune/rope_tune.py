@@ -231,6 +231,13 @@ class Measurement:
                            for s, info in sorted(self.shapes.items())}}
 
 
+def out_of_place_only(measurements):
+    """`measurements` with their calls in place left out (a failed candidate's None stays): how a
+    key's own kernel is judged where an in-place kernel serves those calls."""
+    return [m and dataclasses.replace(m, shapes={s: info for s, info in m.shapes.items() if not info["in_place"]})
+            for m in measurements]
+
+
 class ModelledMeasurement(Measurement):
     """llvm-mca's estimate for one candidate: a 'shape' per hot loop, whose 'ns' are the estimated
     cycles per rotated head (memcpy_ns 1, so that score() is the geometric mean of heads/cycle)."""
@@ -841,11 +848,11 @@ def compare(bench, defaults, tuned_entries, keys, progress):
         place alone with `in_place`, the calls out of place alone with `out_of_place`."""
         progress.show(f"{label}: {REPS_CONFIRM} reps")
         measured = bench.measure(key, pair, REPS_CONFIRM, min_bytes, in_place=in_place)
+        if out_of_place:
+            measured = out_of_place_only(measured)
         if None in measured and key not in failed:
             failed.append(key)
-        shapes = [[s for s, info in m.shapes.items()
-                   if info["bytes"] < below_bytes and not (out_of_place and info["in_place"])] if m else []
-                  for m in measured]
+        shapes = [[s for s, info in m.shapes.items() if info["bytes"] < below_bytes] if m else [] for m in measured]
         cells = [m.headline(names) if m and names else "fails its check" if m is None else "no shape of that size"
                  for m, names in zip(measured, shapes)]
         timed = all(shapes)
@@ -1044,9 +1051,16 @@ def main(argv=None):
         started = time.monotonic()
         default = canonical(rk.resolve(defaults, key))
 
-        def measure(pool, reps, stage, min_bytes=0, below_bytes=None, in_place=False, key=key, kid=kid):
+        # Where the schedule file gives the key an in-place kernel, that kernel serves the calls in
+        # place: the stages before stage 5 judge the key's own kernel on the calls out of place
+        # alone, as --compare's own row does.
+        own_out_of_place = bench.judges == MEASURED_KNOBS and rk.IN_PLACE_CALLS in kernels_of(key, default)
+
+        def measure(pool, reps, stage, min_bytes=0, below_bytes=None, in_place=False, key=key, kid=kid,
+                    own_out_of_place=own_out_of_place):
             progress.show(f"{kid}: {stage}, {len(pool)} candidates x {reps} reps")
-            return bench.measure(key, pool, reps, min_bytes, below_bytes, in_place)
+            measured = bench.measure(key, pool, reps, min_bytes, below_bytes, in_place)
+            return out_of_place_only(measured) if own_out_of_place and not in_place else measured
 
         if only_stage:
             call_class, option = only_stage

@@ -752,6 +752,24 @@ class ResumeTest(unittest.TestCase):
             self.assertIn(f"| interleaved/cache/d128/f32, calls in place (tuned: the in-place kernel) | {in_place_row[0]} | "
                           f"{in_place_row[1]} |", printed)
 
+    def test_stages_1_to_3_leave_out_the_calls_in_place_the_schedule_files_in_place_kernel_serves(self):
+        # The AVX-512 file gives the interleaved f32 key an in-place kernel, the bf16 one none.
+        with fake_tool(DecodeInPlaceLandscape) as (tmp, _):
+            keys = ["--keys", "style=interleaved,head_dim=128,dtype=f32|bf16,source=cache"]
+            self.assertEqual(rt.main(["--target", FAMILY, *keys, "--build", tmp, "--out-dir", tmp, "--fresh",
+                                      "--large-calls-from", "0"]), 0)
+            out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
+            entries = {e["match"]["dtype"]: e for e in json.loads(out.read_text())["kernels"]}
+        self.assertEqual(sorted(entries["f32"]["measured"]["shapes"]), sorted(SHAPES))
+        self.assertEqual(sorted(entries["bf16"]["measured"]["shapes"]), sorted([*SHAPES, "decode_bshd_in_place"]))
+        # The score is the calls out of place alone: the in-place step's half ratio would lower it.
+        key = {**KEY, "style": "interleaved", "dtype": "f32"}
+        defaults = rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY)
+        tuned = rt.canonical(rk.resolve(defaults, key, [("tuned file", key, entries["f32"]["params"])]))
+        own = rt.Measurement(DecodeInPlaceLandscape().shapes(rt.own_kernel(key, tuned)))
+        self.assertEqual(entries["f32"]["measured"]["memcpy_ratio"], own.headline(list(SHAPES)))
+        self.assertLess(own.headline(), own.headline(list(SHAPES)))
+
     def test_a_one_stage_run_stopped_by_its_budget_goes_on_from_its_file(self):
         with fake_tool() as (tmp, _), mock.patch("sys.stderr"):
             base = ["--target", FAMILY, "--keys", "head_dim=128,dtype=bf16,source=cache", "--build", tmp, "--out-dir", tmp]

@@ -3,13 +3,17 @@
 // dispatcher would pick), against the fp64 oracle with the tolerances of spec §7. One
 // parameterized instance per kernel: Kernels/KernelTest.<Test>/<kernel name>.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <new>
 #include <random>
 #include <set>
 #include <string>
 
 #include "internal/inv_freq_cache.h"
+#include "internal/kernel_args.h"
 #include "support/kernels.h"
 #include "support/rope_case.h"
 
@@ -17,6 +21,42 @@ namespace ropegen::test {
 namespace {
 
 namespace ref = reference;
+
+/// Runs exactly `kernel` as the runs of a plan do, on buffer descriptions built once
+/// (internal/kernel_args.h), here copied into pages then made read-only: a kernel that wrote any
+/// of them would fault.
+Runner read_only_descriptions_runner(const KernelEntry &kernel) {
+    return [&kernel](const rope_params *params, rope_report *report) {
+        ensure_initialized();  // the Halide runtime's hooks, as every entry point of the library does
+        ValidCall call;
+        std::string message;
+        if (const rope_status status = validate(params, &call, &message); status != ROPE_OK) {
+            ADD_FAILURE() << message;
+            return status;
+        }
+        const SharedArgs shared = shared_args(call, unused_input());
+        const KernelArgs args = items_args(kernel, call, shared, 0, call.params.q.sizes[0]);
+        const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+        const size_t bytes = (sizeof(SharedArgs) + sizeof(KernelArgs) + page - 1) / page * page;
+        void *pages = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (pages == MAP_FAILED) {
+            ADD_FAILURE() << "mmap of " << bytes << " bytes failed";
+            return ROPE_ERR_INTERNAL;
+        }
+        const SharedArgs *sealed_shared = new (pages) SharedArgs(shared);
+        KernelArgs *sealed = new (static_cast<char *>(pages) + sizeof(SharedArgs)) KernelArgs(args);
+        sealed->shared = sealed_shared;
+        EXPECT_EQ(mprotect(pages, bytes, PROT_READ), 0);
+        rope_status status = ROPE_ERR_INTERNAL;
+        CallContext context(report, 1);
+        if (context.reserve_scratch(kernel_scratch_bytes(call, call.params.q.sizes[0], call.params.q.sizes[1]))) {
+            const int result = launch(kernel, call, *sealed, &context);
+            status = result == 0 && context.failure() == CallFailure::None ? ROPE_OK : ROPE_ERR_INTERNAL;
+        }
+        munmap(pages, bytes);
+        return status;
+    };
+}
 
 class KernelTest : public PerKernelTest {
 protected:
@@ -53,6 +93,24 @@ protected:
 
 TEST_P(KernelTest, Random) {
     expect_ok(base_case());
+}
+
+// A plan's runs, and the parts of one run on several threads, share the buffer descriptions the
+// plan built (launch): a CPU kernel must only read them, at every layout and placement.
+TEST_P(KernelTest, ReadsOnlyItsBufferDescriptions) {
+    CaseSpec in_place = base_case();
+    in_place.memory = Memory::InPlace;
+    CaseSpec bhsd = base_case();
+    bhsd.layout = Layout::BHSD;
+    bhsd.direction = ROPE_INVERSE;
+    CaseSpec table = base_case();
+    table.layout = Layout::SBHD;
+    table.positions = random_table(table, 0, 500, ROPE_INDEX_INT64, 5);
+    for (const CaseSpec &c : {base_case(), in_place, bhsd, table}) {
+        if (pair_words_fit(kernel(), RopeCall(c).params())) {
+            expect_correct(c, read_only_descriptions_runner(kernel()));
+        }
+    }
 }
 
 TEST_P(KernelTest, Inverse) {

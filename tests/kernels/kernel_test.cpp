@@ -1,16 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // Every generated kernel, run directly through ropegen::run_kernel (not only the one the
-// dispatcher would pick), against the fp64 oracle with the tolerances of spec §7. One
-// parameterized instance per kernel: Kernels/KernelTest.<Test>/<kernel name>.
+// dispatcher would pick; one test on buffer descriptions of its own, read-only), against the fp64
+// oracle with the tolerances of spec §7. One parameterized instance per kernel:
+// Kernels/KernelTest.<Test>/<kernel name>.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <new>
 #include <random>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "internal/inv_freq_cache.h"
 #include "internal/kernel_args.h"
@@ -22,9 +25,9 @@ namespace {
 
 namespace ref = reference;
 
-/// Runs exactly `kernel` as the runs of a plan do, on buffer descriptions built once
+/// Runs exactly `kernel` on buffer descriptions built once, as a plan's runs take them
 /// (internal/kernel_args.h), here copied into pages then made read-only: a kernel that wrote any
-/// of them would fault.
+/// of them would fault. Not through ropegen::run_kernel, which describes the call itself.
 Runner read_only_descriptions_runner(const KernelEntry &kernel) {
     return [&kernel](const rope_params *params, rope_report *report) {
         ensure_initialized();  // the Halide runtime's hooks, as every entry point of the library does
@@ -96,17 +99,43 @@ TEST_P(KernelTest, Random) {
 }
 
 // A plan's runs, and the parts of one run on several threads, share the buffer descriptions the
-// plan built (launch): a CPU kernel must only read them, at every layout and placement.
+// plan built (launch): a CPU kernel must only read them, whatever its loop nest and inputs.
 TEST_P(KernelTest, ReadsOnlyItsBufferDescriptions) {
-    CaseSpec in_place = base_case();
-    in_place.memory = Memory::InPlace;
-    CaseSpec bhsd = base_case();
-    bhsd.layout = Layout::BHSD;
-    bhsd.direction = ROPE_INVERSE;
-    CaseSpec table = base_case();
-    table.layout = Layout::SBHD;
-    table.positions = random_table(table, 0, 500, ROPE_INDEX_INT64, 5);
-    for (const CaseSpec &c : {base_case(), in_place, bhsd, table}) {
+    std::vector<CaseSpec> cases(6, base_case());
+    cases[1].memory = Memory::InPlace;
+    cases[2].layout = Layout::BHSD;
+    cases[2].direction = ROPE_INVERSE;
+    cases[3].layout = Layout::SBHD;
+    cases[3].positions = random_table(cases[3], 0, 500, ROPE_INDEX_INT64, 5);
+    cases[4].batch = 4;  // a decode step, one offset per sequence
+    cases[4].seq = 1;
+    cases[4].positions.mode = PositionMode::BatchOffsets;
+    cases[4].positions.values = {9, 2, 30, 4};
+    cases[5].k_heads = 0;  // q alone
+    if (kernel().head_dim == 0) {
+        CaseSpec partial = base_case();  // pass-through lanes on both sides
+        partial.rotary_dim = 40;
+        partial.rotary_offset = 8;
+        cases.push_back(partial);
+    }
+    if (kernel().source == ROPE_SOURCE_CACHE && kernel().dtype != ROPE_DTYPE_F32) {
+        cases.push_back(base_case());
+        cases.back().cache_in_dtype = true;
+    }
+    if (kernel().source != ROPE_SOURCE_CACHE) {
+        // A table of frequencies (what a plan of an unscaled compat call reads: the cached
+        // ones), and a scaling the kernel computes.
+        CaseSpec given = base_case();
+        given.scaling.type = ROPE_SCALING_INV_FREQ;
+        for (int i = 0; i < given.effective_rotary_dim() / 2; i++) {
+            given.scaling.inv_freq.push_back(std::pow(0.7f, static_cast<float>(i)));
+        }
+        CaseSpec linear = base_case();
+        linear.scaling.type = ROPE_SCALING_LINEAR;
+        linear.scaling.factor = 2;
+        cases.insert(cases.end(), {given, linear});
+    }
+    for (const CaseSpec &c : cases) {
         if (pair_words_fit(kernel(), RopeCall(c).params())) {
             expect_correct(c, read_only_descriptions_runner(kernel()));
         }

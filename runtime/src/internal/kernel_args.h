@@ -106,10 +106,12 @@ KernelArgs slice_args(const KernelEntry &kernel, const ValidCall &call, const Sh
 KernelArgs items_args(const KernelEntry &kernel, const ValidCall &call, const SharedArgs &shared, int64_t first, int64_t count);
 
 /// Runs the kernel on `args`; Halide's status (a failure inside the kernel is in `context`). A
-/// CPU kernel reads its buffer descriptions and never writes them (no device, no bounds query;
-/// KernelTest.ReadsOnlyItsBufferDescriptions runs every CPU kernel on descriptions in read-only
-/// memory), so the runs of one plan share theirs. A CUDA kernel's run attaches device memory to
-/// its descriptions, and Halide marks its outputs dirty: run() describes each launch anew.
+/// CPU kernel of Halide 21 reads its buffer descriptions and never writes them (no device, no
+/// bounds query; later Halide versions may mark a CPU pipeline's outputs host-dirty), so the runs
+/// of one plan share theirs: KernelTest.ReadsOnlyItsBufferDescriptions runs every CPU kernel on
+/// descriptions in read-only memory, and fails on a Halide that writes them. A CUDA call's
+/// descriptions are run()'s own: it attaches device memory to them, and Halide marks the outputs
+/// dirty.
 int launch(const KernelEntry &kernel, const ValidCall &call, const KernelArgs &args, CallContext *context);
 
 }  // namespace ropegen

@@ -9,8 +9,9 @@
 Benchmark names are "kind/key:value/..." (kind: rope, rope_inplace, rope_plan, memcpy, copy,
 rewrite, scalar, scalar_inplace, call). The `vs memcpy`, `vs scalar`, `vs rewrite` and
 `vs rope_dispatch` ratios, and the interleaved/half and computed/cache targets, are the rows' own
-counters (memcpy_ratio, scalar_ratio, rewrite_ratio, dispatch_ratio, half_ratio, cache_ratio), which rope_bench measures paired (the row's call and the other timed in
-alternation), not ratios of rows timed minutes apart; bf16/f32 still pairs rows. With
+counters (memcpy_ratio, scalar_ratio, rewrite_ratio, dispatch_ratio, half_ratio, cache_ratio, f32_ratio), which
+rope_bench measures paired (the row's call and the other timed in alternation), not ratios of
+rows timed minutes apart. With
 --benchmark_repetitions the "median" aggregate is used. Python standard library only.
 """
 import argparse
@@ -61,6 +62,7 @@ def load_runs(doc):
         run["scalar_ratio"] = median_of("scalar_ratio")
         run["half_ratio"] = median_of("half_ratio")
         run["cache_ratio"] = median_of("cache_ratio")
+        run["f32_ratio"] = median_of("f32_ratio")
         run["rewrite_ratio"] = median_of("rewrite_ratio")
         run["dispatch_ratio"] = median_of("dispatch_ratio")
         run["label"] = chosen[0].get("label", "")
@@ -164,15 +166,6 @@ def call_table(results):
 
 # ---- Acceptance targets (measured, never asserted by the benchmark) ---------------------------
 
-def paired(results, field, a, b):
-    """(run_a, run_b) for rope rows equal in every key but `field`, which is `a` and `b`."""
-    for run_a in results.of_kind("rope"):
-        if run_a.get(field) == a:
-            run_b = results.find("rope", run_a, **{field: b})
-            if run_b:
-                yield run_a, run_b
-
-
 def acceptance(results):
     """(target, limit, [(case, run, value)], headline(run)) for each target of the lead. A limit
     (">=", 0.9) means value >= 0.9 passes."""
@@ -185,13 +178,9 @@ def acceptance(results):
     def cases(runs, value):
         return [(case_text(run), run, value(run)) for run in runs]
 
-    def pair_cases(field, a, b, keep=lambda run: True):
-        return [(case_text(x, (field,)), x, ratio(x["seconds"], y["seconds"]))
-                for x, y in paired(results, field, a, b) if keep(x)]
-
-    def counter_cases(field, a, counter):
+    def counter_cases(field, a, counter, keep=lambda run: True):
         """Rows whose `field` is `a`: their time / their paired partner's (1 / counter)."""
-        return [(case_text(run, (field,)), run, inverse(run[counter])) for run in rope if run.get(field) == a]
+        return [(case_text(run, (field,)), run, inverse(run[counter])) for run in rope if run.get(field) == a and keep(run)]
 
     def prefill_d128(run):
         return run["shape"] == "prefill_d128"
@@ -215,7 +204,7 @@ def acceptance(results):
         ("decode batch-8 f32 in place: time / in-place scalar-loop time", ("<", 1.0),
          cases(decode8_in_place, lambda r: inverse(r["scalar_ratio"])), lambda run: True),
         ("bf16 prefill time / f32 time", ("<=", 0.6),
-         pair_cases("dtype", "bf16", "f32", lambda run: run["shape"].startswith("prefill")),
+         counter_cases("dtype", "bf16", "f32_ratio", lambda run: run["shape"].startswith("prefill")),
          lambda run: prefill_d128(run) and run["source"] == "cache" and run["style"] == "half"),
         ("interleaved time / half time", ("<=", 1.15), counter_cases("style", "interleaved", "half_ratio"),
          headline_f32(lambda run: run["source"] == "cache")),

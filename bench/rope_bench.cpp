@@ -11,9 +11,9 @@
 // the paired ratios (set_paired_ratios): memcpy_ratio = memcpy time of the same bytes at the same
 // thread count / this benchmark's time (1.0 = memcpy speed), and for the kernels of the cache
 // source scalar_ratio = the scalar loop's time / the kernel's (> 1: the kernel is faster); out of
-// place, half_ratio (interleaved rows) and cache_ratio (computed sources) = the time of the same
-// call in the half style, or with the cache source / this row's; in place, rewrite_ratio = the
-// in-place rewrite's time / this row's.
+// place, half_ratio (interleaved rows), cache_ratio (computed sources) and f32_ratio (bf16 rows)
+// = the time of the same call in the half style, with the cache source, or in f32 / this row's;
+// in place, rewrite_ratio = the in-place rewrite's time / this row's.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -227,13 +227,24 @@ std::unique_ptr<Workspace> make_workspace(const Shape &shape, const DtypeInfo &d
 
 // Benchmarks of one (shape, dtype) are registered together, so one cached workspace serves them
 // all; the previous one is freed first (a prefill workspace is 160 MiB in f32).
+// The workspace of `shape` and `dtype` in `slot`, made anew when the slot holds another.
+Workspace *workspace_in(std::unique_ptr<Workspace> &slot, const Shape &shape, const DtypeInfo &dtype) {
+    if (!slot || slot->shape != &shape || slot->dtype != &dtype) {
+        slot.reset();
+        slot = make_workspace(shape, dtype);
+    }
+    return slot.get();
+}
+
 Workspace *workspace_for(const Case &c) {
     static std::unique_ptr<Workspace> current;
-    if (!current || current->shape != c.shape || current->dtype != c.dtype) {
-        current.reset();
-        current = make_workspace(*c.shape, *c.dtype);
-    }
-    return current.get();
+    return workspace_in(current, *c.shape, *c.dtype);
+}
+
+// The f32 workspace of a bf16 row's shape, for its f32 partner (f32_ratio), beside the row's own.
+Workspace *f32_workspace_for(const Case &c) {
+    static std::unique_ptr<Workspace> partner;
+    return workspace_in(partner, *c.shape, kDtypes[0]);
 }
 
 // ---- Baselines -------------------------------------------------------------------------------
@@ -559,19 +570,26 @@ void bm_rope(benchmark::State &state, const Case &c, bool in_place, Entry entry 
                                               threads = c.threads] { scalar_qk(args, tokens, threads); }});
     }
     // The targets that compare the library with itself, paired too: the interleaved style with
-    // the half style, a computed source with the cache (same case otherwise, out of place).
-    auto add_partner = [&](const char *counter, const StyleInfo *style, const SourceInfo *source) {
-        const rope_params partner = params_for(*ws, {c.shape, c.dtype, style, source, c.threads});
+    // the half style, a computed source with the cache, bf16 with f32 (same case otherwise, out
+    // of place).
+    auto add_partner = [&](const char *counter, Workspace *partner_ws, const Case &partner_case) {
+        if (partner_ws == nullptr) {
+            return;
+        }
+        const rope_params partner = params_for(*partner_ws, partner_case);
         if (rope_query(&partner, nullptr) == ROPE_OK) {
             baselines.push_back({counter, [partner] { rope_dispatch(&partner, nullptr); }});
         }
     };
     // (A plan's row is paired with rope_dispatch instead.)
     if (entry == Entry::Dispatch && !in_place && c.style->style != ROPE_STYLE_HALF) {
-        add_partner("half_ratio", &kStyles[0], c.source);
+        add_partner("half_ratio", ws, {c.shape, c.dtype, &kStyles[0], c.source, c.threads});
     }
     if (entry == Entry::Dispatch && !in_place && c.source->source != ROPE_SOURCE_CACHE) {
-        add_partner("cache_ratio", c.style, &kSources[0]);
+        add_partner("cache_ratio", ws, {c.shape, c.dtype, c.style, &kSources[0], c.threads});
+    }
+    if (entry == Entry::Dispatch && !in_place && c.dtype->dtype != ROPE_DTYPE_F32) {
+        add_partner("f32_ratio", f32_workspace_for(c), {c.shape, &kDtypes[0], c.style, c.source, c.threads});
     }
     rope_plan *plan = nullptr;
     if (entry == Entry::Plan) {

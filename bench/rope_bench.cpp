@@ -225,9 +225,8 @@ std::unique_ptr<Workspace> make_workspace(const Shape &shape, const DtypeInfo &d
     return ws;
 }
 
-// Benchmarks of one (shape, dtype) are registered together, so one cached workspace serves them
-// all; the previous one is freed first (a prefill workspace is 160 MiB in f32).
-// The workspace of `shape` and `dtype` in `slot`, made anew when the slot holds another.
+// The workspace of `shape` and `dtype` in `slot`, made anew when the slot holds another (freed
+// first: a prefill workspace is 160 MiB in f32).
 Workspace *workspace_in(std::unique_ptr<Workspace> &slot, const Shape &shape, const DtypeInfo &dtype) {
     if (!slot || slot->shape != &shape || slot->dtype != &dtype) {
         slot.reset();
@@ -236,6 +235,7 @@ Workspace *workspace_in(std::unique_ptr<Workspace> &slot, const Shape &shape, co
     return slot.get();
 }
 
+// Benchmarks of one (shape, dtype) are registered together, so one cached workspace serves them all.
 Workspace *workspace_for(const Case &c) {
     static std::unique_ptr<Workspace> current;
     return workspace_in(current, *c.shape, *c.dtype);
@@ -571,11 +571,10 @@ void bm_rope(benchmark::State &state, const Case &c, bool in_place, Entry entry 
     }
     // The targets that compare the library with itself, paired too: the interleaved style with
     // the half style, a computed source with the cache, bf16 with f32 (same case otherwise, out
-    // of place).
-    // The f32 call runs on buffers of its own, in rounds of their own, so that its prefill (twice
-    // the bytes) never stands between the row's batches and the other baselines' (the one full
-    // run that timed it among them had bf16 rows at two threads miss three targets that the two
-    // runs before had met).
+    // of place). The f32 call runs on buffers of its own, in rounds of their own, so that its
+    // prefill (twice the bytes) never stands between the row's batches and the other baselines'
+    // (the one full run that timed it among them had bf16 rows at two threads miss three targets
+    // that the two runs before had met).
     std::vector<Baseline> f32_partner;
     auto add_partner = [&](std::vector<Baseline> &into, const char *counter, Workspace *partner_ws,
                            const Case &partner_case) {

@@ -8,7 +8,7 @@
 
 Benchmark names are "kind/key:value/..." (kind: rope, rope_inplace, rope_plan, memcpy, copy,
 rewrite, scalar, scalar_inplace, call). The `vs memcpy`, `vs scalar`, `vs rewrite` and
-`vs rope_dispatch` ratios, and the interleaved/half and computed/cache targets, are the rows' own
+`vs rope_dispatch` ratios, and the interleaved/half, computed/cache and bf16/f32 targets, are the rows' own
 counters (memcpy_ratio, scalar_ratio, rewrite_ratio, dispatch_ratio, half_ratio, cache_ratio, f32_ratio), which
 rope_bench measures paired (the row's call and the other timed in alternation), not ratios of
 rows timed minutes apart. With

@@ -31,6 +31,8 @@ Search, per key (staged, so a budget of minutes finds what the full sweep finds)
      least the last-level cache size alone (they stream from DRAM), kept if they beat stage 3's;
   5. an in-place kernel (in_place_calls): the core knobs, then the layout knobs, judged on calls in
      place alone (a decode step and prefills), kept if they beat what those calls get without it.
+Stages 1-4 judge calls out of place alone, stage 5 calls in place alone: the key's own kernel
+serves the first, and stage 5 decides whether it serves the second too.
 --full-sweep times every combination instead (for a few keys: it shows what the staged search
 misses), and confirms default, staged and full-sweep results against each other.
 --large-calls-only and --in-place-only run stage 4 or 5 alone on the kernels the machine's tuned
@@ -206,7 +208,7 @@ def layout_candidates():
 class Measurement:
     """One candidate in one harness run: per timed shape, its layout group, bytes moved, and the
     median times of the candidate and of the memcpy measured beside it."""
-    shapes: dict  # shape -> {"layout", "in_place" (measured only), "bytes", "ns", "memcpy_ns", "spread"}
+    shapes: dict  # shape -> {"layout", "bytes", "ns", "memcpy_ns", "spread"}
     UNIT = "memcpy_ratio"  # what summary() and the tables report
 
     def ratio(self, shape):
@@ -231,13 +233,6 @@ class Measurement:
                            for s, info in sorted(self.shapes.items())}}
 
 
-def out_of_place_only(measurements):
-    """`measurements` with their calls in place left out (a failed candidate's None stays): how a
-    key's own kernel is judged where an in-place kernel serves those calls."""
-    return [m and dataclasses.replace(m, shapes={s: info for s, info in m.shapes.items() if not info["in_place"]})
-            for m in measurements]
-
-
 class ModelledMeasurement(Measurement):
     """llvm-mca's estimate for one candidate: a 'shape' per hot loop, whose 'ns' are the estimated
     cycles per rotated head (memcpy_ns 1, so that score() is the geometric mean of heads/cycle)."""
@@ -252,14 +247,18 @@ class ModelledMeasurement(Measurement):
                 "speedup": round(self.score() / default.score(), 3)}
 
 
-def parse_harness_output(lines):
-    """The harness's JSON lines -> ({id: Measurement or failure message})."""
+def parse_harness_output(lines, in_place=False):
+    """The harness's JSON lines of a run of the calls in place (`in_place`) or of those out of
+    place -> ({id: Measurement or failure message}); a shape of the other kind is an error."""
     failures, times = {}, {}
     for line in lines:
         record = json.loads(line)
         if "verified" in record:
             if not record["verified"]:
                 failures[record["candidate"]] = record["failure"]
+        elif record["in_place"] != in_place:
+            raise ValueError(f"the harness timed {record['shape']} (in_place {record['in_place']}) in a run of the "
+                             f"calls {'in place' if in_place else 'out of place'}")
         else:
             times.setdefault(record["shape"], {})[record["candidate"]] = record
     results = {}
@@ -272,7 +271,7 @@ def parse_harness_output(lines):
             quartiles = statistics.quantiles(ns, n=4) if len(ns) > 1 else [ns[0]] * 3
             median = statistics.median(ns)
             results.setdefault(cid, Measurement({})).shapes[shape] = {
-                "layout": record["layout"], "in_place": record["in_place"], "bytes": record["bytes"], "ns": median,
+                "layout": record["layout"], "bytes": record["bytes"], "ns": median,
                 "memcpy_ns": memcpy_ns, "spread": (quartiles[2] - quartiles[0]) / median}
     results.update(failures)
     return results
@@ -615,8 +614,8 @@ class Workbench:
 
     def measure(self, key, pool, reps, min_bytes=0, below_bytes=None, in_place=False):
         """A Measurement per candidate of `pool` (None for one that fails its check), on the shapes
-        that move at least `min_bytes` and fewer than `below_bytes`: the calls in place alone, in-place
-        prefills included, with `in_place`, else every other shape and the in-place decode step."""
+        that move at least `min_bytes` and fewer than `below_bytes`: the calls in place alone with
+        `in_place`, else the calls out of place alone."""
         built = self.build_all(key, pool)
         with tempfile.NamedTemporaryFile("w", suffix=".txt", dir=self.cache, delete=False) as listing:
             for index, ((shared, function), params) in enumerate(zip(built, pool)):
@@ -633,7 +632,10 @@ class Workbench:
             os.unlink(listing.name)
         if run.returncode != 0:
             raise SystemExit(f"rope_tune: the harness failed ({run.returncode}): {run.stderr.strip()}")
-        results = parse_harness_output(run.stdout.splitlines())
+        try:
+            results = parse_harness_output(run.stdout.splitlines(), in_place)
+        except ValueError as error:
+            raise SystemExit(f"rope_tune: {error}") from None
         measurements = []
         for index, params in enumerate(pool):
             result = results.get(f"c{index}", Measurement({}))  # verified, and no shape that large
@@ -843,13 +845,11 @@ def compare(bench, defaults, tuned_entries, keys, progress):
     tuned_keys = {key_id(match) for _, match, _ in tuned_entries}
     rows, kept, failed = [], 0, []
 
-    def row(key, label, pair, knobs, min_bytes=0, below_bytes=math.inf, in_place=False, out_of_place=False):
+    def row(key, label, pair, knobs, min_bytes=0, below_bytes=math.inf, in_place=False):
         """`pair` measured and scored on the shapes that move [min_bytes, below_bytes), the calls in
-        place alone with `in_place`, the calls out of place alone with `out_of_place`."""
+        place with `in_place`, else those out of place."""
         progress.show(f"{label}: {REPS_CONFIRM} reps")
         measured = bench.measure(key, pair, REPS_CONFIRM, min_bytes, in_place=in_place)
-        if out_of_place:
-            measured = out_of_place_only(measured)
         if None in measured and key not in failed:
             failed.append(key)
         shapes = [[s for s, info in m.shapes.items() if info["bytes"] < below_bytes] if m else [] for m in measured]
@@ -866,12 +866,10 @@ def compare(bench, defaults, tuned_entries, keys, progress):
         default, own = default_kernels[None][1], kernels[None][1]
         measured = bench.judges == MEASURED_KNOBS  # the model sees neither call sizes nor calls in place
         large_row = measured and rk.LARGE_CALLS in kernels
-        # With a large-call kernel, the key's own one serves the calls below its size only, and with
-        # an in-place one (the defaults' or the tuned file's), the calls out of place; those in
-        # place then have a row of their own where the defaults and the tuned file serve them
-        # with different kernels.
-        in_place_served = measured and any(rk.IN_PLACE_CALLS in k for k in (default_kernels, kernels))
-        in_place_row = in_place_served and in_place_kernel(key, default_all) != in_place_kernel(key, tuned_all)
+        # With a large-call kernel, the key's own one serves the calls below its size only. The
+        # calls in place have a row of their own where the defaults and the tuned file serve them
+        # with different kernels (an in-place one, or the key's own ones where they differ).
+        in_place_row = measured and in_place_kernel(key, default_all) != in_place_kernel(key, tuned_all)
         if own == default and not large_row and not in_place_row:
             kept += 1
             continue
@@ -879,15 +877,16 @@ def compare(bench, defaults, tuned_entries, keys, progress):
         from_bytes, large = kernels[rk.LARGE_CALLS] if large_row else (math.inf, None)
         if own != default:
             label = key_id(key) if not large_row else f"{key_id(key)}, calls below {from_bytes} bytes"
-            row(key, label, [default, own], [k for k in knobs if not k.startswith(rk.CALL_CLASSES)], below_bytes=from_bytes,
-                out_of_place=in_place_served)
+            row(key, label, [default, own], [k for k in knobs if not k.startswith(rk.CALL_CLASSES)], below_bytes=from_bytes)
         if large_row:
             row(key, f"{key_id(key)}, calls from {from_bytes} bytes (tuned: the large-call kernel)",
                 [own, large], [k for k in knobs if k.startswith(rk.LARGE_CALLS)], min_bytes=from_bytes)
         if in_place_row:
-            row(key, f"{key_id(key)}, calls in place (tuned: the in-place kernel)",
+            sibling = rk.IN_PLACE_CALLS in kernels
+            row(key, f"{key_id(key)}, calls in place (tuned: {'the in-place kernel' if sibling else 'its own kernel'})",
                 [in_place_kernel(key, default_all), in_place_kernel(key, tuned_all)],
-                [k for k in knobs if k.startswith(rk.IN_PLACE_CALLS)], below_bytes=from_bytes, in_place=True)
+                [k for k in knobs if k.startswith(rk.IN_PLACE_CALLS) or not (sibling or k.startswith(rk.CALL_CLASSES))],
+                below_bytes=from_bytes, in_place=True)
     header = [f"| key | default ({bench.measurement.UNIT.replace('_', ' ')}) | tuned | speedup | changed knobs |",
               "|---|---|---|---|---|"]
     return "\n".join(header + rows) + f"\n\nThe other {kept} keys kept the defaults.\n", failed
@@ -1051,16 +1050,9 @@ def main(argv=None):
         started = time.monotonic()
         default = canonical(rk.resolve(defaults, key))
 
-        # Where the schedule file gives the key an in-place kernel, that kernel serves the calls in
-        # place: the stages before stage 5 judge the key's own kernel on the calls out of place
-        # alone, as --compare's own row does.
-        own_out_of_place = bench.judges == MEASURED_KNOBS and rk.IN_PLACE_CALLS in kernels_of(key, default)
-
-        def measure(pool, reps, stage, min_bytes=0, below_bytes=None, in_place=False, key=key, kid=kid,
-                    own_out_of_place=own_out_of_place):
+        def measure(pool, reps, stage, min_bytes=0, below_bytes=None, in_place=False, key=key, kid=kid):
             progress.show(f"{kid}: {stage}, {len(pool)} candidates x {reps} reps")
-            measured = bench.measure(key, pool, reps, min_bytes, below_bytes, in_place)
-            return out_of_place_only(measured) if own_out_of_place and not in_place else measured
+            return bench.measure(key, pool, reps, min_bytes, below_bytes, in_place)
 
         if only_stage:
             call_class, option = only_stage

@@ -63,7 +63,7 @@ class Landscape:
 
     def shapes(self, params, in_place=False):
         speed = self.in_place_speed if in_place else self.speed
-        return {shape: {"layout": layout, "in_place": in_place, "bytes": 1000, "ns": 100 / speed(params, layout),
+        return {shape: {"layout": layout, "bytes": 1000, "ns": 100 / speed(params, layout),
                         "memcpy_ns": 50.0, "spread": 0.0}
                 for shape, layout in (IN_PLACE_SHAPES if in_place else SHAPES).items()}
 
@@ -211,7 +211,7 @@ class LargeLandscape(Landscape):
 
     def shapes(self, params, in_place=False):
         return {**super().shapes(params, in_place), "prefill_huge": {
-            "layout": "bshd", "in_place": False, "bytes": 1 << 30, "memcpy_ns": 50.0, "spread": 0.0,
+            "layout": "bshd", "bytes": 1 << 30, "memcpy_ns": 50.0, "spread": 0.0,
             "ns": 100 / self.speed(params, "bshd") / (1.0 if params["vector_pairs"] == 16 else self.EDGE)}}
 
     def measure(self, pool, reps, stage, min_bytes=0, below_bytes=None, in_place=False):
@@ -288,23 +288,6 @@ class InPlaceLandscape(Landscape):
         bhsd = as_if["layouts"]["bhsd"]
         bhsd["tokens_per_task"] = self.BEST_LAYOUT["bhsd"][0] if bhsd["tokens_per_task"] == 8 else 0
         return self.speed(as_if, layout) * (1.0 if fits else self.EDGE)
-
-
-class DecodeInPlaceLandscape(Landscape):
-    """Landscape whose runs out of place also time a decode step in place, as the harness's do, at
-    half the memcpy ratio of the other shapes for every candidate (the search's choice stays; a
-    score that counts it drops)."""
-
-    def shapes(self, params, in_place=False):
-        shapes = super().shapes(params, in_place)
-        if not in_place:
-            decode = {**shapes["decode_bshd"], "in_place": True}
-            shapes["decode_bshd_in_place"] = {**decode, "ns": 2 * decode["ns"]}
-        return shapes
-
-
-class InPlaceDecodeLandscape(DecodeInPlaceLandscape, InPlaceLandscape):
-    """InPlaceLandscape's calls in place, DecodeInPlaceLandscape's runs out of place."""
 
 
 # What InPlaceLandscape's calls in place favour, as the in_place_calls of KEY's entry.
@@ -421,12 +404,15 @@ class HarnessOutputTest(unittest.TestCase):
             '{"candidate": "memcpy", "shape": "s", "layout": "bshd", "in_place": true, "bytes": 800, "ns": [10, 12, 11]}',
             '{"candidate": "c0", "shape": "s", "layout": "bshd", "in_place": true, "bytes": 800, "ns": [20, 24, 22, 90]}',
         ]
-        results = rt.parse_harness_output(lines)
+        results = rt.parse_harness_output(lines, in_place=True)
         self.assertEqual(results["c1"], "lane 3 off by 2 ulp")
         self.assertEqual(results["c0"].shapes["s"]["ns"], 23)  # median, not the minimum or the mean
-        self.assertTrue(results["c0"].shapes["s"]["in_place"])
         self.assertAlmostEqual(results["c0"].ratio("s"), 11 / 23)
         self.assertEqual(results["c0"].summary(results["c0"])["shapes"]["s"]["gbps"], round(800 / 23, 1))
+        # A run of the calls out of place times none in place: the key's own kernel is judged on
+        # the first, its in-place one (stage 5) on the second.
+        with self.assertRaisesRegex(ValueError, "timed s .in_place True. in a run of the calls out of place"):
+            rt.parse_harness_output(lines)
 
 
 class FileTest(unittest.TestCase):
@@ -604,7 +590,6 @@ class ResumeTest(unittest.TestCase):
             begin, end = sections["test-machine"]
             written = text[text.index(begin):text.index(end)]
             self.assertIn("| half/cache/d128/bf16 |", written)
-            self.assertNotIn("calls in place", written)  # no in-place kernel on either side: no row of their own
             self.assertNotIn("old table", written)
             begin, end = sections["other-machine"]
             self.assertEqual(text[text.index(begin):text.index(end) + len(end)], f"{begin}\nold table\n{end}")
@@ -641,7 +626,7 @@ class ResumeTest(unittest.TestCase):
             self.assertIn("The other 0 keys kept the defaults.", printed)
 
     def test_an_in_place_kernel_is_written_and_compared_on_calls_in_place(self):
-        with fake_tool(InPlaceDecodeLandscape) as (tmp, stdout):
+        with fake_tool(InPlaceLandscape) as (tmp, stdout):
             argv = ["--target", FAMILY, *HALF_KEY, "--build", tmp, "--out-dir", tmp]
             self.assertEqual(rt.main(argv + ["--fresh", "--large-calls-from", "0"]), 0)
             entry = json.loads((pathlib.Path(tmp) / FAMILY / "test-machine.json").read_text())["kernels"][0]
@@ -651,11 +636,11 @@ class ResumeTest(unittest.TestCase):
             stdout.reset_mock()
             self.assertEqual(rt.main(argv + ["--compare"]), 0)
             printed = "".join(call.args[0] for call in stdout.write.call_args_list)
-            # The key's own kernel on its calls, out of place (the decode step in place left out),
-            # and the in-place one against the default's kernel on calls in place alone.
+            # The key's own kernel on its calls, out of place, and the in-place one against the
+            # default's kernel on calls in place alone.
             defaults = rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY)
             tuned = rk.resolve(defaults, KEY, [("tuned file", KEY, entry["params"])])
-            own_row = [rt.Measurement(InPlaceDecodeLandscape().shapes(params)).headline(list(SHAPES))
+            own_row = [rt.Measurement(InPlaceLandscape().shapes(params)).headline()
                        for params in (default_params(), rt.own_kernel(KEY, tuned))]
             self.assertIn(f"| half/cache/d128/bf16 | {own_row[0]} | {own_row[1]} |", printed)
             self.assertIn("| half/cache/d128/bf16, calls in place (tuned: the in-place kernel) | ", printed)
@@ -729,7 +714,7 @@ class ResumeTest(unittest.TestCase):
     def test_compare_times_the_schedule_files_in_place_kernel_over_each_side(self):
         # The AVX-512 file gives this key an in-place kernel; the tuned file does not set one.
         key = {**KEY, "style": "interleaved", "dtype": "f32"}
-        with fake_tool(DecodeInPlaceLandscape) as (tmp, stdout):
+        with fake_tool() as (tmp, stdout):
             argv = ["--target", FAMILY, "--keys", "style=interleaved,head_dim=128,dtype=f32,source=cache",
                     "--build", tmp, "--out-dir", tmp]
             self.assertEqual(rt.main(argv + ["--fresh", "--large-calls-from", "0"]), 0)
@@ -743,8 +728,8 @@ class ResumeTest(unittest.TestCase):
             # kernel over the default kernel against the same over the tuned one.
             defaults = rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY)
             tuned = rt.canonical(rk.resolve(defaults, key, [("tuned file", key, entry["params"])]))
-            landscape = DecodeInPlaceLandscape()
-            own_row = [rt.Measurement(landscape.shapes(rt.own_kernel(key, params))).headline(list(SHAPES))
+            landscape = Landscape()
+            own_row = [rt.Measurement(landscape.shapes(rt.own_kernel(key, params))).headline()
                        for params in (default_params(key), tuned)]
             self.assertIn(f"| interleaved/cache/d128/f32 | {own_row[0]} | {own_row[1]} |", printed)
             in_place_row = [rt.Measurement(landscape.shapes(rt.in_place_kernel(key, params), in_place=True)).headline()
@@ -752,23 +737,25 @@ class ResumeTest(unittest.TestCase):
             self.assertIn(f"| interleaved/cache/d128/f32, calls in place (tuned: the in-place kernel) | {in_place_row[0]} | "
                           f"{in_place_row[1]} |", printed)
 
-    def test_stages_1_to_3_leave_out_the_calls_in_place_the_schedule_files_in_place_kernel_serves(self):
-        # The AVX-512 file gives the interleaved f32 key an in-place kernel, the bf16 one none.
-        with fake_tool(DecodeInPlaceLandscape) as (tmp, _):
-            keys = ["--keys", "style=interleaved,head_dim=128,dtype=f32|bf16,source=cache"]
-            self.assertEqual(rt.main(["--target", FAMILY, *keys, "--build", tmp, "--out-dir", tmp, "--fresh",
-                                      "--large-calls-from", "0"]), 0)
-            out = pathlib.Path(tmp) / FAMILY / "test-machine.json"
-            entries = {e["match"]["dtype"]: e for e in json.loads(out.read_text())["kernels"]}
-        self.assertEqual(sorted(entries["f32"]["measured"]["shapes"]), sorted(SHAPES))
-        self.assertEqual(sorted(entries["bf16"]["measured"]["shapes"]), sorted([*SHAPES, "decode_bshd_in_place"]))
-        # The score is the calls out of place alone: the in-place step's half ratio would lower it.
-        key = {**KEY, "style": "interleaved", "dtype": "f32"}
+    def test_a_key_whose_own_kernel_changed_gets_a_row_of_calls_in_place(self):
+        # No in-place kernel on either side: the calls in place run the key's own kernel, the
+        # default's against the tuned one, each judged in place alone.
+        with fake_tool() as (tmp, stdout):
+            argv = ["--target", FAMILY, *HALF_KEY, "--build", tmp, "--out-dir", tmp]
+            self.assertEqual(rt.main(argv + ["--fresh", "--large-calls-from", "0"]), 0)
+            entry = json.loads((pathlib.Path(tmp) / FAMILY / "test-machine.json").read_text())["kernels"][0]
+            self.assertNotIn(rk.IN_PLACE_CALLS, entry["params"])
+            self.assertEqual(sorted(entry["measured"]["shapes"]), sorted(SHAPES))  # out of place alone
+            stdout.reset_mock()
+            self.assertEqual(rt.main(argv + ["--compare"]), 0)
+            printed = "".join(call.args[0] for call in stdout.write.call_args_list)
         defaults = rk.load_schedule_file(rt.ROOT / "schedules" / f"{FAMILY}.json", FAMILY)
-        tuned = rt.canonical(rk.resolve(defaults, key, [("tuned file", key, entries["f32"]["params"])]))
-        own = rt.Measurement(DecodeInPlaceLandscape().shapes(rt.own_kernel(key, tuned)))
-        self.assertEqual(entries["f32"]["measured"]["memcpy_ratio"], own.headline(list(SHAPES)))
-        self.assertLess(own.headline(), own.headline(list(SHAPES)))
+        tuned = rt.canonical(rk.resolve(defaults, KEY, [("tuned file", KEY, entry["params"])]))
+        in_place_row = [rt.Measurement(Landscape().shapes(params, in_place=True)).headline()
+                        for params in (default_params(), rt.own_kernel(KEY, tuned))]
+        self.assertIn(f"| half/cache/d128/bf16, calls in place (tuned: its own kernel) | {in_place_row[0]} | "
+                      f"{in_place_row[1]} | ", printed)
+        self.assertIn("| bhsd_tokens_per_task=32, ", printed.split("calls in place")[1])  # the own kernel's knobs
 
     def test_a_one_stage_run_stopped_by_its_budget_goes_on_from_its_file(self):
         with fake_tool() as (tmp, _), mock.patch("sys.stderr"):

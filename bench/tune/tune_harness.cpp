@@ -21,9 +21,8 @@
 // repetition runs enough calls to last --min-rep-ms; the tuner takes medians of the repetitions.
 // --min-bytes times only the shapes that move at least that many bytes (the tuner's large-call
 // stage judges those alone), --below-bytes only those that move fewer. --in-place 1 times the
-// calls in place alone, in-place prefills included (the tuner's in-place stage, whose kernel
-// serves them); without it those prefills are not timed, so that the stages before it judge the
-// shapes the existing tuned files were chosen on.
+// calls in place alone (the tuner's in-place stage, whose kernel serves them), --in-place 0 the
+// calls out of place alone (the key's own kernel serves them): never the two together.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -62,15 +61,14 @@ using namespace ropegen::test;
 // schedules, and a schedule level with another out of place can take 1.5x its time in place.
 // Prefills of 512 tokens fit a 32 MiB L3 (about 20 MiB moved in f32); the 4096-token one (about
 // 160 MiB) streams from DRAM, where vector widths rank otherwise than in cache (256-bit beat
-// 512-bit by 10-20% on a Zen 4 VM, bench/README.md). Two 512-token prefills in place, BSHD and
-// BHSD, are timed for the tuner's in-place stage alone (--in-place 1), with the in-place decode step.
+// 512-bit by 10-20% on a Zen 4 VM, bench/README.md). The calls in place (--in-place 1): the BSHD
+// decode step and two 512-token prefills, BSHD and BHSD.
 struct TimedShape {
     const char *name;
     const char *layout;  // the schedule's layout group the shape exercises
     Layout tensor_layout;
     int64_t batch, seq;
     Memory memory = Memory::Separate;
-    bool in_place_stage_only = false;  // timed with --in-place 1 alone
 };
 constexpr TimedShape kShapes[] = {
     {"decode_b8_bshd", "bshd", Layout::BSHD, 8, 1},
@@ -80,8 +78,8 @@ constexpr TimedShape kShapes[] = {
     {"prefill_512_bhsd", "bhsd", Layout::BHSD, 1, 512},
     {"prefill_4x128_sbhd", "sbhd", Layout::SBHD, 4, 128},
     {"decode_b8_bhsd", "strided", Layout::BHSD, 8, 1},
-    {"prefill_512_bshd_in_place", "bshd", Layout::BSHD, 1, 512, Memory::InPlace, true},
-    {"prefill_512_bhsd_in_place", "bhsd", Layout::BHSD, 1, 512, Memory::InPlace, true},
+    {"prefill_512_bshd_in_place", "bshd", Layout::BSHD, 1, 512, Memory::InPlace},
+    {"prefill_512_bhsd_in_place", "bhsd", Layout::BHSD, 1, 512, Memory::InPlace},
 };
 constexpr int64_t kQHeads = 32, kKHeads = 8;
 constexpr int64_t kAnyHeadDim = 128;  // the any-head_dim kernel is timed at the common head_dim
@@ -405,7 +403,7 @@ int main(int argc, char **argv) {
     }
     std::fflush(stdout);
     for (const TimedShape &shape : kShapes) {
-        if (options.in_place ? shape.memory == Memory::InPlace : !shape.in_place_stage_only) {
+        if ((shape.memory == Memory::InPlace) == options.in_place) {
             time_shape(options, shape, candidates);
         }
     }

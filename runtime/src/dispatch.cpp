@@ -627,6 +627,16 @@ rope_status dispatch_call(const rope_params *params, rope_report *report, bool e
     return execute ? run_call(*kernel, call, cuda, report) : finish(report, ROPE_OK, "");
 }
 
+// Why a CUDA kernel cannot run on the call's device, which is older than its compute capability
+// ("" where it can, and for CPU kernels).
+std::string capability_shortfall(const KernelEntry &kernel, const Target &target) {
+    if (kernel.cuda_capability <= target.capability) {
+        return "";
+    }
+    return std::string("kernel ") + kernel.name + " needs compute capability " + std::to_string(kernel.cuda_capability) +
+           "; the device has " + std::to_string(target.capability);
+}
+
 rope_status run_one_kernel(const KernelEntry &kernel, const rope_params *params, rope_report *report) {
     ValidCall call;
     rope_status status = begin(params, report, &call);
@@ -642,11 +652,12 @@ rope_status run_one_kernel(const KernelEntry &kernel, const rope_params *params,
     if (status = resolve_target(call, &target, &cuda, report); status != ROPE_OK) {
         return status;
     }
-    if (cuda_kernel && (kernel.cuda_capability > target.capability || !vectors_aligned(kernel, call))) {
-        return finish(report, ROPE_ERR_UNSUPPORTED, std::string("kernel ") + kernel.name + " needs compute capability " +
-                                                        std::to_string(kernel.cuda_capability) + " (the device has " +
-                                                        std::to_string(target.capability) +
-                                                        ") and 16-byte aligned data with strides in whole vectors");
+    if (const std::string shortfall = capability_shortfall(kernel, target); !shortfall.empty()) {
+        return finish(report, ROPE_ERR_UNSUPPORTED, shortfall);
+    }
+    if (cuda_kernel && !vectors_aligned(kernel, call)) {
+        return finish(report, ROPE_ERR_UNSUPPORTED,
+                      std::string("kernel ") + kernel.name + " needs 16-byte aligned data with strides in whole vectors");
     }
     if (!cuda_kernel && !pair_words_fit(kernel, call.params)) {
         return finish(report, ROPE_ERR_UNSUPPORTED, std::string("kernel ") + kernel.name +
@@ -741,11 +752,8 @@ rope_status run_plan(const rope_plan *plan, rope_report *report) {
             return status;
         }
         // A CUDA call without a stream runs on the running thread's context, maybe another device.
-        if (plan->kernel->cuda_capability > target.capability) {
-            return finish(report, ROPE_ERR_UNSUPPORTED,
-                          std::string("the plan's kernel ") + plan->kernel->name + " needs compute capability " +
-                              std::to_string(plan->kernel->cuda_capability) + "; the device of this run has " +
-                              std::to_string(target.capability));
+        if (const std::string shortfall = capability_shortfall(*plan->kernel, target); !shortfall.empty()) {
+            return finish(report, ROPE_ERR_UNSUPPORTED, "the plan's " + shortfall);
         }
         set_report_kernel(report, plan->kernel->name);
         ReadyCall ready(&call);

@@ -839,9 +839,10 @@ def table(results, keys):
 def compare(bench, defaults, tuned_entries, keys, progress):
     """Default against tuned, measured afresh (not the run that chose them, whose winner is
     favoured by its own noise), for every key the tuned file (`tuned_entries`) holds, and a key's
-    large-call kernel against its sibling on the shapes it serves, and a tuned in-place kernel
-    against what calls in place get from the defaults on those calls: a markdown table, and the keys
-    whose default or tuned schedule fails its check on this build (a row says which)."""
+    large-call kernel against its sibling on the shapes it serves, and what the tuned file gives
+    calls in place (its in-place kernel or its own) against what the defaults give them, where
+    they differ: a markdown table, and the keys whose default or tuned schedule fails its check on
+    this build (a row says which)."""
     tuned_keys = {key_id(match) for _, match, _ in tuned_entries}
     rows, kept, failed = [], 0, []
 
@@ -882,10 +883,11 @@ def compare(bench, defaults, tuned_entries, keys, progress):
             row(key, f"{key_id(key)}, calls from {from_bytes} bytes (tuned: the large-call kernel)",
                 [own, large], [k for k in knobs if k.startswith(rk.LARGE_CALLS)], min_bytes=from_bytes)
         if in_place_row:
-            sibling = rk.IN_PLACE_CALLS in kernels
-            row(key, f"{key_id(key)}, calls in place (tuned: {'the in-place kernel' if sibling else 'its own kernel'})",
-                [in_place_kernel(key, default_all), in_place_kernel(key, tuned_all)],
-                [k for k in knobs if k.startswith(rk.IN_PLACE_CALLS) or not (sibling or k.startswith(rk.CALL_CLASSES))],
+            # The knobs by which the two kernels differ: a tuned own kernel changes an in-place
+            # kernel's knobs that its class does not set.
+            pair = [in_place_kernel(key, default_all), in_place_kernel(key, tuned_all)]
+            served_by = "the in-place kernel" if rk.IN_PLACE_CALLS in kernels else "its own kernel"
+            row(key, f"{key_id(key)}, calls in place (tuned: {served_by})", pair, changed_knobs(*pair),
                 below_bytes=from_bytes, in_place=True)
     header = [f"| key | default ({bench.measurement.UNIT.replace('_', ' ')}) | tuned | speedup | changed knobs |",
               "|---|---|---|---|---|"]

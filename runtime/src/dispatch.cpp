@@ -598,10 +598,15 @@ rope_status begin_on_target(const rope_params *params, rope_report *report, Vali
     return resolve_target(*call, target, cuda, report);
 }
 
+// A compute capability as NVIDIA writes it: 86 -> "8.6".
+std::string capability_name(int capability) {
+    return std::to_string(capability / 10) + "." + std::to_string(capability % 10);
+}
+
 std::string no_kernel_message(const Target &target) {
     if (target.device == ROPE_DEVICE_CUDA) {
-        return "no CUDA kernel built for this call runs on compute capability " + std::to_string(target.capability / 10) +
-               "." + std::to_string(target.capability % 10) + "; check ROPEGEN_CUDA_LEVELS/ROPEGEN_DTYPES of the build";
+        return "no CUDA kernel built for this call runs on compute capability " + capability_name(target.capability) +
+               "; check ROPEGEN_CUDA_LEVELS/ROPEGEN_DTYPES of the build";
     }
     size_t level_count = 0;
     const IsaLevel *levels = isa_levels(&level_count);
@@ -627,14 +632,14 @@ rope_status dispatch_call(const rope_params *params, rope_report *report, bool e
     return execute ? run_call(*kernel, call, cuda, report) : finish(report, ROPE_OK, "");
 }
 
-// Why a CUDA kernel cannot run on the call's device, which is older than its compute capability
+// Why a CUDA kernel cannot run on `device` (the target's), older than its compute capability
 // ("" where it can, and for CPU kernels).
-std::string capability_shortfall(const KernelEntry &kernel, const Target &target) {
+std::string capability_shortfall(const KernelEntry &kernel, const Target &target, const char *device) {
     if (kernel.cuda_capability <= target.capability) {
         return "";
     }
-    return std::string("kernel ") + kernel.name + " needs compute capability " + std::to_string(kernel.cuda_capability) +
-           "; the device has " + std::to_string(target.capability);
+    return std::string("kernel ") + kernel.name + " needs compute capability " + capability_name(kernel.cuda_capability) +
+           "; " + device + " has " + capability_name(target.capability);
 }
 
 rope_status run_one_kernel(const KernelEntry &kernel, const rope_params *params, rope_report *report) {
@@ -652,7 +657,7 @@ rope_status run_one_kernel(const KernelEntry &kernel, const rope_params *params,
     if (status = resolve_target(call, &target, &cuda, report); status != ROPE_OK) {
         return status;
     }
-    if (const std::string shortfall = capability_shortfall(kernel, target); !shortfall.empty()) {
+    if (const std::string shortfall = capability_shortfall(kernel, target, "the device"); !shortfall.empty()) {
         return finish(report, ROPE_ERR_UNSUPPORTED, shortfall);
     }
     if (cuda_kernel && !vectors_aligned(kernel, call)) {
@@ -752,7 +757,8 @@ rope_status run_plan(const rope_plan *plan, rope_report *report) {
             return status;
         }
         // A CUDA call without a stream runs on the running thread's context, maybe another device.
-        if (const std::string shortfall = capability_shortfall(*plan->kernel, target); !shortfall.empty()) {
+        if (const std::string shortfall = capability_shortfall(*plan->kernel, target, "the device of this run");
+            !shortfall.empty()) {
             return finish(report, ROPE_ERR_UNSUPPORTED, "the plan's " + shortfall);
         }
         set_report_kernel(report, plan->kernel->name);

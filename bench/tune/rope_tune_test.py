@@ -416,6 +416,15 @@ class HarnessOutputTest(unittest.TestCase):
         # the first, its in-place one (stage 5) on the second.
         with self.assertRaisesRegex(ValueError, "timed s .in_place True. in a run of the calls out of place"):
             rt.parse_harness_output(lines)
+        # The workbench stops the tool there, naming the shape, rather than scoring a mix.
+        bench = object.__new__(rt.Workbench)
+        bench.harness, bench.isa = pathlib.Path("rope_tune_harness"), ISA
+        with tempfile.TemporaryDirectory() as tmp, \
+                mock.patch.object(rt.Workbench, "build_all", lambda self, key, pool: [(pathlib.Path("c0.so"), "f")]), \
+                mock.patch.object(rt.subprocess, "run", return_value=mock.Mock(returncode=0, stdout="\n".join(lines))):
+            bench.cache = pathlib.Path(tmp)
+            with self.assertRaisesRegex(SystemExit, "rope_tune: the harness timed s"):
+                bench.measure(KEY, [default_params()], reps=1)
 
 
 class FileTest(unittest.TestCase):

@@ -224,9 +224,12 @@ def acceptance_table(results):
     lines = ["| target | case | measured | pass |", "|---|---|---:|:---:|"]
     for target, limit, measured, headline in acceptance(results):
         title = f"{target} {limit[0]} {limit[1]}"
+        # A case without its value (a row that lacks its paired counter) is named, not dropped.
+        missing = [case for case, _, value in measured if value is None]
         measured = [m for m in measured if m[2] is not None]
+        unmeasured = f"; {len(missing)} not measured: {', '.join(missing)}" if missing else ""
         if not measured:
-            lines.append(f"| {title} | (not measured) | - | - |")
+            lines.append(f"| {title} | (not measured{unmeasured}) | - | - |")
             continue
         for case, run, value in measured:
             if headline(run):
@@ -234,8 +237,8 @@ def acceptance_table(results):
         # The summary names the case furthest on the wrong side (or nearest the limit if all pass).
         worst = (min if limit[0] == ">=" else max)(measured, key=lambda m: m[2])
         failing = sum(not passes(limit, m[2]) for m in measured)
-        lines.append(f"| {title} | all {len(measured)} cases: {len(measured) - failing} pass; worst: {worst[0]} "
-                     f"| {worst[2]:.2f} | {'**no**' if failing else 'yes'} |")
+        lines.append(f"| {title} | all {len(measured)} cases: {len(measured) - failing} pass; worst: {worst[0]}{unmeasured} "
+                     f"| {worst[2]:.2f} | {'**no**' if failing or missing else 'yes'} |")
     return lines
 
 

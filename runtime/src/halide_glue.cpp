@@ -114,9 +114,9 @@ void install_allocator() {
 // --- the library's pool ------------------------------------------------------------------------
 // Halide's pool starts its workers inside the first parallel loop that needs them (with
 // halide_spawn_thread) and, when one cannot be started, counts it anyway and runs that loop on the
-// threads it has; it never retries. Before a call's first loop on the pool, when the pool has not
-// been started at its current size, an empty loop lets it start its workers, so that a failure is
-// seen, and reported, before the kernel writes anything. A worker that fails to start later, in a
+// threads it has; it never retries. Before a call's first parallel loop (run_par_for), when the
+// pool has not been started at its current size, an empty loop lets it start its workers, so that
+// a failure is seen, and reported, before the kernel writes anything. A worker that fails to start later, in a
 // loop of a call under way when rope_set_num_threads grew the pool, leaves that call to finish
 // on the threads there are; the next call to check reports it.
 std::atomic<unsigned> g_pool_size_generation{0};     // bumped by rope_set_num_threads
@@ -258,17 +258,32 @@ int run_engine_task(void *task_context, int index) {
 
 constexpr int kSkippedLoop = halide_error_code_generic_error;
 
+// Runs the tasks of a loop one after another on the calling thread.
+int run_inline(void *user_context, halide_task_t task, int min, int extent, uint8_t *closure) {
+    for (int i = 0; i < extent; i++) {
+        if (int result = task(user_context, min + i, closure)) {
+            return result;
+        }
+    }
+    return 0;
+}
+
 int run_par_for(CallContext *call, void *user_context, halide_task_t task, int min, int extent, uint8_t *closure) {
     const int threads = call != nullptr ? call->num_threads : 0;
-    if (threads == 1 || extent <= 1) {
-        for (int i = 0; i < extent; i++) {
-            if (int result = task(user_context, min + i, closure)) {
-                return result;
-            }
-        }
-        return 0;
+    if (threads == 1) {
+        return run_inline(user_context, task, min, extent, closure);
     }
-    if (const ParallelRunner runner = g_runner.get(); runner.run != nullptr) {
+    const ParallelRunner runner = g_runner.get();
+    // The pool is checked at a call's first loop even when that loop runs inline (a single
+    // task): a later loop of the call may need the pool, and a worker that cannot start must be
+    // reported before the kernel writes anything.
+    if (runner.run == nullptr && !start_pool(call, user_context)) {
+        return kSkippedLoop;
+    }
+    if (extent <= 1) {
+        return run_inline(user_context, task, min, extent, closure);
+    }
+    if (runner.run != nullptr) {
         // A call capped at `threads` hands over that many tasks, so it runs on at most as many
         // of the engine's threads.
         if (threads > 1 && threads < extent) {
@@ -278,9 +293,6 @@ int run_par_for(CallContext *call, void *user_context, halide_task_t task, int m
         }
         EngineLoop loop{task, user_context, min, closure};
         return runner.run(runner.pool, run_engine_task, &loop, extent);
-    }
-    if (!start_pool(call, user_context)) {
-        return kSkippedLoop;
     }
     if (threads == 0 || threads >= extent) {
         return run_on_pool(user_context, task, min, extent, closure);

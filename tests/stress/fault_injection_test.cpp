@@ -675,6 +675,31 @@ TEST_F(FaultTest, APoolResizedBetweenACallsLoopsDoesNotFailThatCall) {
     rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 }
 
+// A kernel's loops differ in size (q and k may have different layouts, so different task
+// counts): a first loop of one task, which runs on the calling thread, may be followed by one on
+// the pool. So a call's first loop checks the pool whatever its size, and a worker that cannot
+// start fails the call before that task writes anything.
+TEST_F(FaultTest, ACallsFirstLoopOfOneTaskChecksThePoolBeforeRunning) {
+    ASSERT_EQ(rope_set_num_threads(1), ROPE_OK);  // whatever HL_NUM_THREADS says, start no workers yet
+    std::atomic<int> tasks{0};
+    const ParallelTask count_task = [](void *, int, uint8_t *closure) {
+        reinterpret_cast<std::atomic<int> *>(closure)->fetch_add(1);
+        return 0;
+    };
+    // Larger than any pool before in this process (the tests above ask for 64 and 160).
+    ASSERT_EQ(rope_set_num_threads(192), ROPE_OK);
+    rope_report report = rope_report_init();
+    CallContext call(&report, 0);  // the library's pool
+    g_failed_thread_starts = 0;
+    g_fail_thread_starts = true;
+    EXPECT_NE(run_parallel_loop(&call, count_task, 1, reinterpret_cast<uint8_t *>(&tasks)), 0);
+    g_fail_thread_starts = false;
+    EXPECT_GT(g_failed_thread_starts.load(), 0) << "the pool should have tried to start workers";
+    EXPECT_EQ(call.failure(), CallFailure::ThreadStart) << "detail " << call.failure_detail();
+    EXPECT_EQ(tasks.load(), 0) << "the loop's task ran although the call had failed";
+    rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+}
+
 // --- an engine's pool ------------------------------------------------------------------------------
 
 struct FailingRunner {

@@ -716,12 +716,13 @@ SlicedAxes axes_beyond_int32_strides(const ValidCall &call) {
             axes[axis] = axes[axis] || (in_call && tensors[t]->sizes[axis] > 1 && tensors[t]->strides[axis] > kMaxStride);
         }
     }
-    // int64 positions are read as int32 pairs: their strides count double.
+    // int64 positions are read as int32 pairs: their strides count double. As a tensor's, a
+    // stride along an axis of one item is never stepped.
     const rope_positions &pos = p.positions;
     const int64_t scale = pos.index_type == ROPE_INDEX_INT64 ? 2 : 1;
     const bool table = pos.kind == ROPE_POSITIONS_TABLE;
-    axes[0] = axes[0] || ((table || pos.data != nullptr) && pos.strides[0] > kMaxStride / scale);
-    axes[1] = axes[1] || (table && pos.strides[1] > kMaxStride / scale);
+    axes[0] = axes[0] || (p.q.sizes[0] > 1 && (table || pos.data != nullptr) && pos.strides[0] > kMaxStride / scale);
+    axes[1] = axes[1] || (p.q.sizes[1] > 1 && table && pos.strides[1] > kMaxStride / scale);
     return sliced;
 }
 

@@ -1200,14 +1200,20 @@ TEST_F(Validation, PerSequenceScalingWithASequenceStrideBeyondInt32) {
         p.q_out = p.q;
         expect_rejected(p, ROPE_ERR_UNSUPPORTED, {"scaling.type", "sequence stride beyond 2^31 elements", "q 2147483648"});
 
+        // The positions' sequence stride alone: an int64 table whose rows lie 8 GiB apart, in
+        // the reserved space (every entry 0).
         p = scaled(valid(), type);
-        for (rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
-            t->sizes[1] = 1;  // one token a sequence: validation reads only the table's first column
-        }
         p.positions.index_type = ROPE_INDEX_INT64;
-        p.positions.data = positions64(std::vector<int64_t>(kBatch * kSeq, 1));
+        p.positions.data = space.data();
+        p.positions.strides[0] = 1;
         p.positions.strides[1] = int64_t{1} << 30;  // read as int32 pairs: 2^31
         expect_rejected(p, ROPE_ERR_UNSUPPORTED, {"scaling.type", "positions 1073741824, int64 entries counting twice"});
+
+        // One token a sequence: that stride is never stepped, so nothing is split.
+        for (rope_tensor *t : {&p.q, &p.k, &p.q_out, &p.k_out}) {
+            t->sizes[1] = 1;
+        }
+        expect_accepted(p);
     }
 }
 

@@ -274,8 +274,8 @@ void judge_outputs_over_tables(const FuzzCall &call, Rules &rules) {
 
 // DYNAMIC and LONGROPE measure a sequence's length on the tokens a kernel is given, and the
 // dispatcher splits a call along the sequence axis when a stride there exceeds int32 (int64
-// positions are read as int32 pairs): such a call is UNSUPPORTED, the one status a valid call
-// may also get.
+// positions are read as int32 pairs) and the axis has more than one token: such a call is
+// UNSUPPORTED, the one status a valid call may also get.
 void judge_split_sequences(const FuzzCall &call, Rules &rules) {
     const rope_params &p = call.params();
     const int32_t type = enum_value(p.scaling.type);
@@ -288,7 +288,8 @@ void judge_split_sequences(const FuzzCall &call, Rules &rules) {
         split = split || (t->sizes[1] > 1 && t->strides[1] > kMaxStride);
     }
     const int64_t scale = enum_value(p.positions.index_type) == ROPE_INDEX_INT64 ? 2 : 1;
-    split = split || (enum_value(p.positions.kind) == ROPE_POSITIONS_TABLE && p.positions.strides[1] > kMaxStride / scale);
+    split = split || (p.q.sizes[1] > 1 && enum_value(p.positions.kind) == ROPE_POSITIONS_TABLE &&
+                      p.positions.strides[1] > kMaxStride / scale);
     rules.tolerate(split, ROPE_ERR_UNSUPPORTED);
 }
 

@@ -349,6 +349,7 @@ bool CallContext::reserve_scratch(size_t bytes) {
         g_next_free(this, scratch_);
     }
     scratch_lent_ = false;
+    reuse_scratch();  // a new block: nothing of it is taken
     if (bytes <= kInlineScratchBytes) {
         scratch_ = inline_scratch_;
         scratch_size_ = bytes;
@@ -366,6 +367,9 @@ void CallContext::lend_scratch(CallContext *part, size_t offset, size_t bytes) c
 }
 
 void *CallContext::take_scratch(size_t bytes) {
+    if (bytes > scratch_size_) {
+        return nullptr;  // also keeps the slot's rounding below from wrapping near SIZE_MAX
+    }
     const size_t slot = scratch_slot_bytes(bytes);
     size_t used = scratch_used_.load(std::memory_order_relaxed);
     do {

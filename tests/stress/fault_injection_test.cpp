@@ -453,7 +453,12 @@ TEST_F(FaultTest, AReservationServesTheBlocksItWasSizedFor) {
     }
     EXPECT_EQ(context.take_scratch(1), nullptr) << "the reservation is used up";
     context.reuse_scratch();
+    EXPECT_EQ(context.take_scratch(std::numeric_limits<size_t>::max() - 100), nullptr) << "a size whose slot wraps";
     EXPECT_NE(context.take_scratch(64), nullptr) << "a later slice takes the reservation again";
+
+    // A larger reservation is a new block, all of it free, whatever the smaller one had served.
+    ASSERT_TRUE(context.reserve_scratch(2 * total));
+    EXPECT_NE(context.take_scratch(2 * total - 2 * kHalideMallocAlignment), nullptr);
 }
 
 // A decode step's parts each borrow their own slice of the step's reservation: a part's blocks

@@ -341,9 +341,14 @@ rope_status run_varlen(const KernelEntry &kernel, const ValidCall &call, const C
     for (int64_t b = 0; b < p.varlen.num_seqs; b++) {
         longest = std::max(longest, sequence_start(p.varlen, b + 1) - sequence_start(p.varlen, b));
     }
-    CallContext context(report, 0);
+    CallContext context(report, call_threads(call));
     if (const size_t scratch = kernel_scratch_bytes(call, 1, longest); !context.reserve_scratch(scratch)) {
         return finish(report, ROPE_ERR_INTERNAL, scratch_failure(kernel, scratch));
+    }
+    // And the library's pool, which a small first sequence would not reach (it runs on the
+    // calling thread): a worker that cannot start for a later sequence fails the call here.
+    if (kernel.cuda_capability == 0 && !check_pool(&context)) {
+        return finish(report, ROPE_ERR_INTERNAL, failure_message(context, kernel, false));
     }
     const bool int64_offsets = p.positions.index_type == ROPE_INDEX_INT64;
     bool written = false;

@@ -321,6 +321,10 @@ int run_parallel_loop(CallContext *call, ParallelTask task, int count, uint8_t *
     return do_par_for(call, task, 0, count, closure);
 }
 
+bool check_pool(CallContext *call) {
+    return call->num_threads == 1 || g_runner.get().run != nullptr || start_pool(call, call);
+}
+
 bool engine_runner_set() {
     return g_runner.get().run != nullptr;
 }

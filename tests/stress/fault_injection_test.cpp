@@ -705,6 +705,31 @@ TEST_F(FaultTest, ACallsFirstLoopOfOneTaskChecksThePoolBeforeRunning) {
     rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 }
 
+// A varlen call checks the library's pool before its first sequence, even one small enough to
+// run on the calling thread: a worker that cannot start for a later, larger sequence is reported
+// with every output untouched.
+TEST_F(FaultTest, AVarlenCallChecksThePoolBeforeItsFirstSequence) {
+    ASSERT_EQ(rope_set_num_threads(1), ROPE_OK);  // whatever HL_NUM_THREADS says, start no workers yet
+    // 5 tokens (20 KiB), then 2048 (8 MiB: above the size a call runs on the calling thread).
+    VarlenCompatCall call({0, 5, 5 + 2048}, {7, 900}, 8, 64, 0);
+    rope_report report = rope_report_init();
+    if (rope_query(&call.params, &report) != ROPE_OK) {
+        GTEST_SKIP() << report.message;
+    }
+    // Larger than any pool before in this process (the other thread-start tests ask for 64, 160
+    // and 192).
+    ASSERT_EQ(rope_set_num_threads(224), ROPE_OK);
+    g_failed_thread_starts = 0;
+    g_fail_thread_starts = true;
+    EXPECT_EQ(rope_dispatch(&call.params, &report), ROPE_ERR_INTERNAL);
+    g_fail_thread_starts = false;
+    EXPECT_GT(g_failed_thread_starts.load(), 0) << "the pool should have tried to start workers";
+    EXPECT_TRUE(contains(report.message, "could not start a worker thread")) << report.message;
+    EXPECT_TRUE(contains(report.message, "no output was written")) << report.message;
+    EXPECT_TRUE(std::all_of(call.out.begin(), call.out.end(), [](float v) { return v == VarlenCompatCall::kUnwritten; }));
+    rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+}
+
 // --- an engine's pool ------------------------------------------------------------------------------
 
 struct FailingRunner {

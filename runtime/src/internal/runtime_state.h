@@ -108,6 +108,12 @@ using ParallelTask = int (*)(void *user_context, int index, uint8_t *closure);
 /// runner, a task's non-zero result) is recorded in `call` and returned.
 int run_parallel_loop(CallContext *call, ParallelTask task, int count, uint8_t *closure);
 
+/// What a call's first parallel loop does before it runs (see run_parallel_loop), without a loop:
+/// for a call that may use the library's pool (num_threads other than 1, no engine runner), the
+/// pool's workers are started at its current size; false, with the failure recorded in `call`,
+/// when one cannot start.
+bool check_pool(CallContext *call);
+
 /// Whether an engine's parallel runner is installed (rope_set_parallel_runner).
 bool engine_runner_set();
 

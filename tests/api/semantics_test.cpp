@@ -142,25 +142,31 @@ TEST_P(HugeStrideTest, OffsetPositionsSameBitsAsACompactCopy) {
     }
 }
 
-void HugeStrideTest::expect_same_bits_as_a_compact_copy(int axis, PositionMode mode) {
+// The compact call of HugeStrideTest: the compat source, a 16-bit dtype if the build has one (a
+// 2^31-element stride then spans 4 GiB, not 8), positions from a table or as offsets.
+CaseSpec huge_stride_case(PositionMode mode, rope_index_type index_type) {
     CaseSpec c;
     c.source = ROPE_SOURCE_COMPAT;
-    // A 16-bit dtype if the build has one: a 2^31-element stride then spans 4 GiB, not 8.
     c.dtype = ROPE_DTYPE_F32;
     for (rope_dtype dtype : {ROPE_DTYPE_F16, ROPE_DTYPE_BF16}) {
         if (missing_kernel_reason(c.style, c.source, dtype, 64).empty()) {
             c.dtype = dtype;
         }
     }
-    ROPEGEN_SKIP_UNLESS_BUILT(c.style, c.source, c.dtype, 64);
     c.batch = 2;
     c.seq = 3;
     c.q_heads = 2;
     c.k_heads = 3;  // compact, and more heads than q: slices along heads cover both counts
     c.head_dim = 64;
-    c.positions = random_table(c, 0, 1000, ROPE_INDEX_INT32, 5);
+    c.positions = random_table(c, 0, 1000, index_type, 5);
     c.positions.mode = mode;
     c.positions.scalar_offset = 100;
+    return c;
+}
+
+void HugeStrideTest::expect_same_bits_as_a_compact_copy(int axis, PositionMode mode) {
+    const CaseSpec c = huge_stride_case(mode, ROPE_INDEX_INT32);
+    ROPEGEN_SKIP_UNLESS_BUILT(c.style, c.source, c.dtype, 64);
     RopeCall compact(c);
     ASSERT_EQ(compact.run(dispatch_runner()), ROPE_OK) << compact.report().message;
     ASSERT_TRUE(compact.check_outputs());
@@ -201,6 +207,43 @@ INSTANTIATE_TEST_SUITE_P(ApiSemantics, HugeStrideTest, ::testing::Values(0, 1, 2
                          [](const ::testing::TestParamInfo<int> &info) {
                              return std::string(info.param == 0 ? "batch" : info.param == 1 ? "seq" : "heads");
                          });
+
+// A position table of int64 entries whose stride along batch or seq is beyond int32 once counted
+// in the int32 halves the kernels read (2^30 + 1 entries): the call is sliced along that axis,
+// each slice reading its own positions, bit for bit those of the compact table.
+TEST(ApiSemantics, Int64PositionStrideBeyondInt32SameBitsAsACompactTable) {
+    const CaseSpec c = huge_stride_case(PositionMode::Table, ROPE_INDEX_INT64);
+    ROPEGEN_SKIP_UNLESS_BUILT(c.style, c.source, c.dtype, 64);
+    RopeCall compact(c);
+    ASSERT_EQ(compact.run(dispatch_runner()), ROPE_OK) << compact.report().message;
+    ASSERT_TRUE(compact.check_outputs());
+
+    const int64_t huge = (int64_t{1} << 30) + 1;
+    SparseBuffer table(static_cast<size_t>((c.batch + c.seq) * huge) * sizeof(int64_t));
+    if (table.data() == nullptr) {
+        GTEST_SKIP() << "cannot reserve " << table.size() << " bytes of address space for the position table";
+    }
+    for (int axis = 0; axis < 2; axis++) {
+        SCOPED_TRACE(axis == 0 ? "batch" : "seq");
+        const int64_t strides[2] = {axis == 0 ? huge : 1, axis == 1 ? huge : 1};
+        auto *positions = reinterpret_cast<int64_t *>(table.data());
+        for (int64_t b = 0; b < c.batch; b++) {
+            for (int64_t s = 0; s < c.seq; s++) {
+                positions[b * strides[0] + s * strides[1]] = c.positions.values[static_cast<size_t>(b * c.seq + s)];
+            }
+        }
+        RopeCall sliced(c);
+        const Runner with_huge_table = [&](const rope_params *params, rope_report *report) {
+            rope_params p = *params;
+            p.positions.data = positions;
+            p.positions.strides[0] = strides[0], p.positions.strides[1] = strides[1];
+            return rope_dispatch(&p, report);
+        };
+        ASSERT_EQ(sliced.run(with_huge_table), ROPE_OK) << sliced.report().message;
+        EXPECT_TRUE(same_bits(sliced.q_out, compact.q_out));
+        EXPECT_TRUE(same_bits(sliced.k_out, compact.k_out));
+    }
+}
 
 }  // namespace
 }  // namespace ropegen::test

@@ -19,16 +19,6 @@ namespace {
 
 using PlanPtr = std::unique_ptr<rope_plan, void (*)(rope_plan *)>;
 
-// A plan of the call, run once: the runner expect_correct judges.
-Runner plan_runner() {
-    return [](const rope_params *params, rope_report *report) {
-        rope_plan *made = nullptr;
-        const rope_status status = rope_plan_create(params, &made, report);
-        const PlanPtr plan(made, rope_plan_destroy);
-        return status != ROPE_OK ? status : rope_plan_run(plan.get(), report);
-    };
-}
-
 // The kernel rope_dispatch would run: what a plan's report must name.
 std::string queried_kernel(const CaseSpec &spec) {
     RopeCall call(spec);

@@ -184,7 +184,6 @@ void HugeStrideTest::expect_same_bits_as_a_compact_copy(int axis, PositionMode m
     if (huge.data() == nullptr) {
         GTEST_SKIP() << "cannot reserve " << span * element << " bytes of address space for the huge view";
     }
-    RopeCall sliced(c);  // its q_out starts as canary; its q is replaced by the huge view
     compact.q_in.for_each_head([&](int64_t b, int64_t s, int64_t h) {
         for (int64_t d = 0; d < 64; d++) {
             const uint32_t bits = compact.q_in.bits(b, s, h, d);  // little-endian: low bytes first
@@ -192,15 +191,21 @@ void HugeStrideTest::expect_same_bits_as_a_compact_copy(int axis, PositionMode m
                         static_cast<size_t>(element));
         }
     });
-    const Runner with_huge_q = [&](const rope_params *params, rope_report *report) {
-        rope_params p = *params;
-        p.q.data = huge.data();
-        std::memcpy(p.q.strides, strides, sizeof(strides));
-        return rope_dispatch(&p, report);
-    };
-    ASSERT_EQ(sliced.run(with_huge_q), ROPE_OK) << sliced.report().message;
-    EXPECT_TRUE(same_bits(sliced.q_out, compact.q_out));
-    EXPECT_TRUE(same_bits(sliced.k_out, compact.k_out));
+    // Through rope_dispatch, and through a plan (which runs such a call slice by slice too).
+    for (const bool planned : {false, true}) {
+        SCOPED_TRACE(planned ? "a plan" : "rope_dispatch");
+        const Runner runner = planned ? plan_runner() : dispatch_runner();
+        RopeCall sliced(c);  // its q_out starts as canary; its q is replaced by the huge view
+        const Runner with_huge_q = [&](const rope_params *params, rope_report *report) {
+            rope_params p = *params;
+            p.q.data = huge.data();
+            std::memcpy(p.q.strides, strides, sizeof(strides));
+            return runner(&p, report);
+        };
+        ASSERT_EQ(sliced.run(with_huge_q), ROPE_OK) << sliced.report().message;
+        EXPECT_TRUE(same_bits(sliced.q_out, compact.q_out));
+        EXPECT_TRUE(same_bits(sliced.k_out, compact.k_out));
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(ApiSemantics, HugeStrideTest, ::testing::Values(0, 1, 2),

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "kernels.h"
 
+#include <memory>
+
 namespace ropegen::test {
 
 namespace {
@@ -47,6 +49,15 @@ bool isa_from_name(const std::string &name, rope_isa *isa) {
 
 Runner dispatch_runner() {
     return [](const rope_params *params, rope_report *report) { return rope_dispatch(params, report); };
+}
+
+Runner plan_runner() {
+    return [](const rope_params *params, rope_report *report) {
+        rope_plan *made = nullptr;
+        const rope_status status = rope_plan_create(params, &made, report);
+        const std::unique_ptr<rope_plan, void (*)(rope_plan *)> plan(made, rope_plan_destroy);
+        return status != ROPE_OK ? status : rope_plan_run(plan.get(), report);
+    };
 }
 
 Runner kernel_runner(const KernelEntry &kernel) {

@@ -188,6 +188,9 @@ void expect_correct(const CaseSpec &spec, const Runner &runner, const char *kern
 /// are built without the library, so that tests of other kernel builds can use them).
 Runner dispatch_runner();
 
+/// A plan of the call (rope_plan_create), run once.
+Runner plan_runner();
+
 /// A CaseSpec of random positions in [low, high) for every token.
 PositionsSpec random_table(const CaseSpec &spec, int64_t low, int64_t high, rope_index_type index_type, uint64_t seed);
 

@@ -482,7 +482,8 @@ typedef int (*rope_parallel_for_fn)(void *pool, int (*task)(void *task_context, 
  * that read the old pair may call it after this returns, so keep the old pool alive until the
  * calls under way have returned). A
  * non-zero result from `run` makes the call return ROPE_ERR_INTERNAL and skips every later loop
- * of the call; the outputs may then be partly written (untouched if `run` ran no task).
+ * of the call; the outputs may then be partly written (untouched if no task of the call had
+ * run; a loop of one task runs on the calling thread, not through `run`).
  */
 void rope_set_parallel_runner(rope_parallel_for_fn run, void *pool);
 

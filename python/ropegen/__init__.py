@@ -181,8 +181,9 @@ def _written_by_rope(q, k, q_out, k_out):
 def _mark_written(tensors):
     # Under no_grad too: a tensor saved for backward before the write must fail the backward
     # pass ("modified by an inplace operation"), not feed it the rotated values.
-    if tensors:
-        sys.modules["torch"].autograd.graph.increment_version(tensors)
+    # One tensor a call: torch before 2.5 takes no list.
+    for tensor in tensors:
+        sys.modules["torch"].autograd.graph.increment_version(tensor)
 
 
 def _torch_data(x):
@@ -343,7 +344,9 @@ def _positions(p, positions, offset, positions_kind, mrope_section, prepared):
     p.positions.data, p.positions.index_type, shape = data, index_type, tuple(shape)
     batch, seq = p.q.sizes[0], p.q.sizes[1]
     streams = () if mrope_section is None else (3,)
-    tables = [streams + (batch, seq)] + ([streams + (seq,)] if batch == 1 else [])  # one sequence, or THD's tokens
+    # A row per sequence; one row for every sequence (transformers' default position_ids, [1, seq]);
+    # one sequence's, or THD's tokens, as a 1-D table.
+    tables = [streams + (batch, seq)] + ([streams + (1, seq)] if batch > 1 else []) + ([streams + (seq,)] if batch == 1 else [])
     thd = bool(p.varlen.cu_seqlens)
     offsets = [] if streams else [(p.varlen.num_seqs,) if thd else (batch,)]  # mrope takes tables only
     is_table, is_offsets = shape in tables, shape in offsets
@@ -365,7 +368,7 @@ def _positions(p, positions, offset, positions_kind, mrope_section, prepared):
                            + (" or ".join(expected) or f"a table for mrope, not offsets"))
     if kind == "table":
         p.positions.kind = 1
-        p.positions.strides[0] = strides[-2] if len(shape) - len(streams) == 2 else 0
+        p.positions.strides[0] = strides[-2] if len(shape) - len(streams) == 2 and shape[-2] == batch else 0
         p.positions.strides[1] = strides[-1]
         if streams:
             p.mrope.stream_stride = strides[0]
@@ -456,9 +459,9 @@ def rope(q, k=None, *, q_out=None, k_out=None, positions=None, offset=0, style="
          positions_kind=None):
     """Rotates q (and k) with rope_dispatch; in place unless q_out/k_out are given. Returns the kernel's name.
 
-    positions: None (offset + s), a [batch] array of offsets, or a [batch, seq] (one sequence: [seq])
-    table, int32 or int64; with mrope_section ([temporal, height, width] pairs, Qwen2-VL), a
-    [3, batch, seq] (one sequence: [3, seq]) table. cu_seqlens (num_seqs + 1 entries): q and k are
+    positions: None (offset + s), a [batch] array of offsets, or a [batch, seq] (one row for every
+    sequence: [1, seq]; one sequence: [seq]) table, int32 or int64; with mrope_section ([temporal,
+    height, width] pairs, Qwen2-VL), a [3, batch, seq] ([3, 1, seq]; one sequence: [3, seq]) table. cu_seqlens (num_seqs + 1 entries): q and k are
     packed [total_tokens, heads, head_dim] tensors (THD) and positions a [total_tokens] table (mrope:
     [3, total_tokens]) or [num_seqs] offsets. Any other shape is refused. positions_kind ("table" or
     "offsets") says which a 1-D array is; None infers it from the shape, and refuses a THD call with

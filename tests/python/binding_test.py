@@ -126,6 +126,21 @@ class Binding(unittest.TestCase):
         ropegen.rope(table, positions=positions[None], source="precise")
         np.testing.assert_array_equal(q, table)
 
+    def test_one_row_of_positions_serves_every_sequence(self):
+        # transformers' default position_ids is [1, seq] for any batch, with mrope [3, 1, seq].
+        q = self.rng.uniform(-1, 1, (3, 5, 2, 64)).astype(np.float32)
+        shared = q.copy()
+        positions = np.array([[3, 9, 1, 400, 2]], np.int64)
+        ropegen.rope(q, positions=np.repeat(positions, 3, axis=0), source="precise")
+        ropegen.rope(shared, positions=positions, source="precise")
+        np.testing.assert_array_equal(q, shared)
+        streams = np.stack([positions, positions + 7, positions * 2])  # [3, 1, seq]
+        q = self.rng.uniform(-1, 1, (3, 5, 2, 64)).astype(np.float32)
+        shared = q.copy()
+        ropegen.rope(q, positions=np.repeat(streams, 3, axis=1), mrope_section=[8, 12, 12], source="compat")
+        ropegen.rope(shared, positions=streams, mrope_section=[8, 12, 12], source="compat")
+        np.testing.assert_array_equal(q, shared)
+
     def test_thd_positions_kind_when_num_seqs_equals_total_tokens(self):
         cu_seqlens = np.array([0, 0, 2], np.int32)  # two sequences, two tokens: [2] is a table or offsets
         positions = np.array([5, 100], np.int64)

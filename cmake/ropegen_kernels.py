@@ -196,8 +196,8 @@ def _load_entries(path, target, tuned):
     entry names one kernel (no "*") and sets only the knobs the tuner changed, and meta is
     required. Returns the document and its (where, match, params) entries."""
     try:
-        doc = json.loads(pathlib.Path(path).read_text(), object_pairs_hook=_unique_keys)
-    except (OSError, json.JSONDecodeError) as err:
+        doc = json.loads(pathlib.Path(path).read_text(encoding="utf-8"), object_pairs_hook=_unique_keys)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ScheduleError(f"{path}: cannot read a JSON schedule file: {err}")
     except ScheduleError as err:
         raise ScheduleError(f"{path}: {err}")

@@ -98,6 +98,11 @@ class TunedFileTest(unittest.TestCase):
     def test_bad_json(self):
         self.assert_rejected(self.write('{"format": "ropegen-schedule",'), "cannot read a JSON schedule file")
 
+    def test_not_utf8(self):
+        path = self.write(json.dumps(tuned_doc()))
+        path.write_bytes(path.read_bytes().replace(b'"meta": {', b'"meta": {"by": "Jos\xe9", ', 1))
+        self.assert_rejected(path, "cannot read a JSON schedule file", "utf-8")
+
     def test_unknown_key(self):
         doc = tuned_doc()
         doc["kernels"][0]["params"]["vector_width"] = 8

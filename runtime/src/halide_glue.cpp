@@ -116,9 +116,9 @@ void install_allocator() {
 // halide_spawn_thread) and, when one cannot be started, counts it anyway and runs that loop on the
 // threads it has; it never retries. Before a call's first parallel loop (run_par_for), when the
 // pool has not been started at its current size, an empty loop lets it start its workers, so that
-// a failure is seen, and reported, before the kernel writes anything. A worker that fails to start later, in a
-// loop of a call under way when rope_set_num_threads grew the pool, leaves that call to finish
-// on the threads there are; the next call to check reports it.
+// a failure is seen, and reported, before the kernel writes anything. A worker that fails to
+// start later, in a loop of a call under way when rope_set_num_threads grew the pool, leaves
+// that call to finish on the threads there are; the next call to check reports it.
 std::atomic<unsigned> g_pool_size_generation{0};     // bumped by rope_set_num_threads
 std::atomic<unsigned> g_pool_started_generation{~0u};  // the size the empty loop last ran at
 std::atomic<int> g_thread_start_error{0};            // errno of a worker that could not start, unreported

@@ -784,7 +784,7 @@ def tuned_document(family, meta, results):
 def write_json(path, document):
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_suffix(".partial")
-    scratch.write_text(json.dumps(document, indent=2) + "\n")
+    scratch.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     scratch.replace(path)
 
 
@@ -800,7 +800,7 @@ def existing_results(path, family, halide, ropegen, log):
     if stale:
         log(f"rope_tune: {path} is stale ({stale}): tuning from nothing, none of its entries kept\n")
         return {}, []
-    document = json.loads(path.read_text())
+    document = json.loads(path.read_text(encoding="utf-8"))
     results = {key_id(entry["match"]): {"key": entry["match"], "params": entry["params"], "measured": entry["measured"]}
                for entry in document["kernels"]}
     return results, document["meta"]["tuned"]["command"].split(COMMAND_SEPARATOR)

@@ -2,8 +2,8 @@
 """ropegen's C ABI (runtime/include/ropegen/rope.h) for Python, through ctypes over libropegen.so.
 
 Arrays are passed to the library as they are, never copied: numpy arrays (through the array
-interface; bfloat16 through ml_dtypes' dtype when installed) and torch CPU tensors (through
-data_ptr and stride). Tensors are [batch, seq, heads, head_dim] views of non-negative strides (the
+interface; bfloat16 through ml_dtypes' dtype when installed) and torch CPU tensors (torch 2.1 or
+newer; through data_ptr and stride). Tensors are [batch, seq, heads, head_dim] views of non-negative strides (the
 head_dim stride 1), or [seq, heads, head_dim] for one sequence; cos/sin tables have rules of their
 own (build_cos_sin_cache). A call the library refuses raises RopeError with the library's status
 and message, and leaves every array untouched; so do the binding's own refusals: RopeError for
@@ -346,7 +346,7 @@ def _positions(p, positions, offset, positions_kind, mrope_section, prepared):
     streams = () if mrope_section is None else (3,)
     # A row per sequence; one row for every sequence (transformers' default position_ids, [1, seq]);
     # one sequence's, or THD's tokens, as a 1-D table.
-    tables = [streams + (batch, seq)] + ([streams + (1, seq)] if batch > 1 else []) + ([streams + (seq,)] if batch == 1 else [])
+    tables = [streams + (batch, seq)] + [streams + (1, seq) if batch > 1 else streams + (seq,)]
     thd = bool(p.varlen.cu_seqlens)
     offsets = [] if streams else [(p.varlen.num_seqs,) if thd else (batch,)]  # mrope takes tables only
     is_table, is_offsets = shape in tables, shape in offsets
@@ -461,9 +461,9 @@ def rope(q, k=None, *, q_out=None, k_out=None, positions=None, offset=0, style="
 
     positions: None (offset + s), a [batch] array of offsets, or a [batch, seq] (one row for every
     sequence: [1, seq]; one sequence: [seq]) table, int32 or int64; with mrope_section ([temporal,
-    height, width] pairs, Qwen2-VL), a [3, batch, seq] ([3, 1, seq]; one sequence: [3, seq]) table. cu_seqlens (num_seqs + 1 entries): q and k are
-    packed [total_tokens, heads, head_dim] tensors (THD) and positions a [total_tokens] table (mrope:
-    [3, total_tokens]) or [num_seqs] offsets. Any other shape is refused. positions_kind ("table" or
+    height, width] pairs, Qwen2-VL), a [3, batch, seq] ([3, 1, seq]; one sequence: [3, seq]) table.
+    cu_seqlens (num_seqs + 1 entries): q and k are packed [total_tokens, heads, head_dim] tensors
+    (THD) and positions a [total_tokens] table (mrope: [3, total_tokens]) or [num_seqs] offsets. Any other shape is refused. positions_kind ("table" or
     "offsets") says which a 1-D array is; None infers it from the shape, and refuses a THD call with
     num_seqs == total_tokens unless every sequence has one token (prepare(): always refuses it, as
     cu_seqlens may change between calls). scaling: transformers' rope_parameters as a dict ("rope_type",

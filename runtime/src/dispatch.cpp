@@ -341,12 +341,14 @@ rope_status run_varlen(const KernelEntry &kernel, const ValidCall &call, const C
     for (int64_t b = 0; b < p.varlen.num_seqs; b++) {
         longest = std::max(longest, sequence_start(p.varlen, b + 1) - sequence_start(p.varlen, b));
     }
-    CallContext context(report, call_threads(call));
+    // And the library's pool, if the longest sequence may use it: a small first sequence runs
+    // on the calling thread, so a worker that cannot start for a later one fails the call here.
+    ValidCall longest_sequence = call;
+    narrow_axis(&longest_sequence, 1, 0, longest);
+    CallContext context(report, call_threads(longest_sequence));
     if (const size_t scratch = kernel_scratch_bytes(call, 1, longest); !context.reserve_scratch(scratch)) {
         return finish(report, ROPE_ERR_INTERNAL, scratch_failure(kernel, scratch));
     }
-    // And the library's pool, which a small first sequence would not reach (it runs on the
-    // calling thread): a worker that cannot start for a later sequence fails the call here.
     if (kernel.cuda_capability == 0 && !check_pool(&context)) {
         return finish(report, ROPE_ERR_INTERNAL, failure_message(context, kernel, false));
     }

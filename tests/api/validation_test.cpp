@@ -1200,8 +1200,8 @@ TEST_F(Validation, PerSequenceScalingWithASequenceStrideBeyondInt32) {
         p.q_out = p.q;
         expect_rejected(p, ROPE_ERR_UNSUPPORTED, {"scaling.type", "sequence stride beyond 2^31 elements", "q 2147483648"});
 
-        // The positions' sequence stride alone: an int64 table whose rows lie 8 GiB apart, in
-        // the reserved space (every entry 0).
+        // The positions' sequence stride alone: an int64 table whose tokens lie 8 GiB apart
+        // along each row, in the reserved space (every entry 0).
         p = scaled(valid(), type);
         p.positions.index_type = ROPE_INDEX_INT64;
         p.positions.data = space.data();

@@ -458,7 +458,9 @@ TEST_F(FaultTest, AReservationServesTheBlocksItWasSizedFor) {
 
     // A larger reservation is a new block, all of it free, whatever the smaller one had served.
     ASSERT_TRUE(context.reserve_scratch(2 * total));
-    EXPECT_NE(context.take_scratch(2 * total - 2 * kHalideMallocAlignment), nullptr);
+    const size_t whole = 2 * total - 64;  // its block and gap fill the reservation (total: a multiple of 64)
+    ASSERT_EQ(scratch_slot_bytes(whole), 2 * total);
+    EXPECT_NE(context.take_scratch(whole), nullptr);
 }
 
 // A decode step's parts each borrow their own slice of the step's reservation: a part's blocks
@@ -610,11 +612,40 @@ TEST_F(FaultTest, HalideRuntimeErrorInsideAKernelIsAStatus) {
 
 // --- the library's thread pool ---------------------------------------------------------------------
 
+// --- the library's pool: workers that cannot start ----------------------------------------------
+
+// A pool size above any this process has run at, so that a loop on it must start new workers
+// (a size the pool has run at starts none): each thread-start test takes the next one. 0 when
+// they are used up (Halide's pool runs at most 256 threads).
+int unstarted_pool_size() {
+    static int size = std::max(32, static_cast<int>(std::thread::hardware_concurrency()));
+    size += 32;
+    return size <= 256 ? size : 0;
+}
+
+// The library's thread count as the other tests expect it.
+void restore_pool_size() {
+    rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+}
+
+// A task of run_parallel_loop that counts its runs in the std::atomic<int> of its closure.
+int count_task(void *, int, uint8_t *closure) {
+    reinterpret_cast<std::atomic<int> *>(closure)->fetch_add(1);
+    return 0;
+}
+
+#define ROPEGEN_UNSTARTED_POOL_SIZE(size)                                                          \
+    const int size = unstarted_pool_size();                                                        \
+    if (size == 0) {                                                                               \
+        GTEST_SKIP() << "no pool size above the ones this process ran at is left (256 at most)"; \
+    }
+
 // Halide's pool starts its workers inside the first loop that needs them and, when pthread_create
 // fails, runs on without them (it would join the thread that never started at exit). The call
 // during which a worker cannot be started fails before writing anything; the pool then goes on
 // with the threads it has, and the same call succeeds with the serial result.
 TEST_F(FaultTest, WorkerThatCannotStartIsReportedAndWritesNothing) {
+    ROPEGEN_UNSTARTED_POOL_SIZE(pool_size);
     ASSERT_EQ(rope_set_num_threads(1), ROPE_OK);  // whatever HL_NUM_THREADS says, start no workers yet
     const KernelEntry *kernel = runnable_kernels().front();
     CaseSpec c = varied_cases(*kernel, 17).front();
@@ -625,8 +656,7 @@ TEST_F(FaultTest, WorkerThatCannotStartIsReportedAndWritesNothing) {
     rope_report report = rope_report_init();
     ASSERT_EQ(run_kernel(*kernel, &params, &report), ROPE_OK) << report.message;
 
-    // A pool larger than any before in this process must start new workers.
-    ASSERT_EQ(rope_set_num_threads(64), ROPE_OK);
+    ASSERT_EQ(rope_set_num_threads(pool_size), ROPE_OK);
     g_failed_thread_starts = 0;
     g_fail_thread_starts = true;
     RopeCall call(c);
@@ -639,7 +669,7 @@ TEST_F(FaultTest, WorkerThatCannotStartIsReportedAndWritesNothing) {
 
     ASSERT_EQ(call.run(kernel_runner(*kernel)), ROPE_OK) << call.report().message;
     EXPECT_TRUE(agree(call, Outputs::of(serial)));
-    rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    restore_pool_size();
 }
 
 // Another thread may resize the pool while a call runs. A call past its first loop does not fail
@@ -647,27 +677,23 @@ TEST_F(FaultTest, WorkerThatCannotStartIsReportedAndWritesNothing) {
 // pool counts the worker anyway), and the next call, before its first loop, reports the failure
 // and writes nothing. Here the "call" is a context running two loops, resized in between.
 TEST_F(FaultTest, APoolResizedBetweenACallsLoopsDoesNotFailThatCall) {
+    ROPEGEN_UNSTARTED_POOL_SIZE(pool_size);
     ASSERT_EQ(rope_set_num_threads(1), ROPE_OK);  // whatever HL_NUM_THREADS says, start no workers yet
     rope_report report = rope_report_init();
     CallContext running(&report, 0);  // the library's pool
     std::atomic<int> tasks{0};
-    const ParallelTask count_task = [](void *, int, uint8_t *closure) {
-        reinterpret_cast<std::atomic<int> *>(closure)->fetch_add(1);
-        return 0;
-    };
     auto *closure = reinterpret_cast<uint8_t *>(&tasks);
     ASSERT_EQ(run_parallel_loop(&running, count_task, 8, closure), 0);
 
-    // Larger than any pool before in this process (WorkerThatCannotStartIsReportedAndWritesNothing
-    // asks for 64): the next loop that can use them starts new workers.
-    ASSERT_EQ(rope_set_num_threads(160), ROPE_OK);
+    // The next loop that can use them starts new workers.
+    ASSERT_EQ(rope_set_num_threads(pool_size), ROPE_OK);
     g_failed_thread_starts = 0;
     g_fail_thread_starts = true;
-    EXPECT_EQ(run_parallel_loop(&running, count_task, 160, closure), 0);
+    EXPECT_EQ(run_parallel_loop(&running, count_task, pool_size, closure), 0);
     g_fail_thread_starts = false;
     EXPECT_GT(g_failed_thread_starts.load(), 0) << "the pool should have tried to start workers";
     EXPECT_EQ(running.failure(), CallFailure::None) << "detail " << running.failure_detail();
-    EXPECT_EQ(tasks.load(), 8 + 160) << "every task of both loops runs";
+    EXPECT_EQ(tasks.load(), 8 + pool_size) << "every task of both loops runs";
 
     const KernelEntry *kernel = runnable_kernels().front();
     CaseSpec c = varied_cases(*kernel, 23).front();
@@ -677,7 +703,7 @@ TEST_F(FaultTest, APoolResizedBetweenACallsLoopsDoesNotFailThatCall) {
     EXPECT_TRUE(contains(next.report().message, "could not start a worker thread")) << next.report().message;
     EXPECT_TRUE(next.check_all_unchanged());
     EXPECT_EQ(next.run(kernel_runner(*kernel)), ROPE_OK) << next.report().message;
-    rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    restore_pool_size();
 }
 
 // A kernel's loops differ in size (q and k may have different layouts, so different task
@@ -685,14 +711,9 @@ TEST_F(FaultTest, APoolResizedBetweenACallsLoopsDoesNotFailThatCall) {
 // the pool. So a call's first loop checks the pool whatever its size, and a worker that cannot
 // start fails the call before that task writes anything.
 TEST_F(FaultTest, ACallsFirstLoopOfOneTaskChecksThePoolBeforeRunning) {
-    ASSERT_EQ(rope_set_num_threads(1), ROPE_OK);  // whatever HL_NUM_THREADS says, start no workers yet
+    ROPEGEN_UNSTARTED_POOL_SIZE(pool_size);
+    ASSERT_EQ(rope_set_num_threads(pool_size), ROPE_OK);
     std::atomic<int> tasks{0};
-    const ParallelTask count_task = [](void *, int, uint8_t *closure) {
-        reinterpret_cast<std::atomic<int> *>(closure)->fetch_add(1);
-        return 0;
-    };
-    // Larger than any pool before in this process (the tests above ask for 64 and 160).
-    ASSERT_EQ(rope_set_num_threads(192), ROPE_OK);
     rope_report report = rope_report_init();
     CallContext call(&report, 0);  // the library's pool
     g_failed_thread_starts = 0;
@@ -702,32 +723,41 @@ TEST_F(FaultTest, ACallsFirstLoopOfOneTaskChecksThePoolBeforeRunning) {
     EXPECT_GT(g_failed_thread_starts.load(), 0) << "the pool should have tried to start workers";
     EXPECT_EQ(call.failure(), CallFailure::ThreadStart) << "detail " << call.failure_detail();
     EXPECT_EQ(tasks.load(), 0) << "the loop's task ran although the call had failed";
-    rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    restore_pool_size();
 }
 
 // A varlen call checks the library's pool before its first sequence, even one small enough to
 // run on the calling thread: a worker that cannot start for a later, larger sequence is reported
-// with every output untouched.
+// with every output untouched. A call whose sequences are all small never uses the pool, however
+// large the whole: it neither starts it nor fails for it.
 TEST_F(FaultTest, AVarlenCallChecksThePoolBeforeItsFirstSequence) {
-    ASSERT_EQ(rope_set_num_threads(1), ROPE_OK);  // whatever HL_NUM_THREADS says, start no workers yet
+    ROPEGEN_UNSTARTED_POOL_SIZE(pool_size);
     // 5 tokens (20 KiB), then 2048 (8 MiB: above the size a call runs on the calling thread).
     VarlenCompatCall call({0, 5, 5 + 2048}, {7, 900}, 8, 64, 0);
+    // 512 sequences of 8 tokens (32 KiB each, 16 MiB in all).
+    std::vector<int32_t> small_lengths(513), small_offsets(512, 3);
+    for (size_t b = 0; b < small_lengths.size(); b++) {
+        small_lengths[b] = static_cast<int32_t>(8 * b);
+    }
+    VarlenCompatCall small(small_lengths, small_offsets, 8, 64, 0);
     rope_report report = rope_report_init();
     if (rope_query(&call.params, &report) != ROPE_OK) {
         GTEST_SKIP() << report.message;
     }
-    // Larger than any pool before in this process (the other thread-start tests ask for 64, 160
-    // and 192).
-    ASSERT_EQ(rope_set_num_threads(224), ROPE_OK);
+    ASSERT_EQ(rope_set_num_threads(pool_size), ROPE_OK);
     g_failed_thread_starts = 0;
     g_fail_thread_starts = true;
+    EXPECT_EQ(rope_dispatch(&small.params, &report), ROPE_OK) << report.message;
+    EXPECT_EQ(g_failed_thread_starts.load(), 0) << "a call whose sequences are all small started the pool";
+
     EXPECT_EQ(rope_dispatch(&call.params, &report), ROPE_ERR_INTERNAL);
     g_fail_thread_starts = false;
     EXPECT_GT(g_failed_thread_starts.load(), 0) << "the pool should have tried to start workers";
     EXPECT_TRUE(contains(report.message, "could not start a worker thread")) << report.message;
     EXPECT_TRUE(contains(report.message, "no output was written")) << report.message;
-    EXPECT_TRUE(std::all_of(call.out.begin(), call.out.end(), [](float v) { return v == VarlenCompatCall::kUnwritten; }));
-    rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    EXPECT_TRUE(std::all_of(call.out.begin(), call.out.end(),
+                            [](float v) { return v == VarlenCompatCall::kUnwritten; }));
+    restore_pool_size();
 }
 
 // --- an engine's pool ------------------------------------------------------------------------------

@@ -457,9 +457,11 @@ rope_isa rope_active_isa(void);
 /**
  * Threads of the library's own pool (Halide's). Default: ROPE_NUM_THREADS, else Halide's
  * HL_NUM_THREADS, else the number of cores. Calls under way keep running; a pool grown here
- * starts its new workers in the next call that needs them (a worker that cannot start makes
- * the next call to check return ROPE_ERR_INTERNAL before it writes anything). The pool runs at most 256 threads (Halide's limit): a larger n, like a larger
- * ROPE_NUM_THREADS or core count, gives 256. Calls may ask for fewer with rope_params.num_threads.
+ * starts its new workers in the next call that may use them, even if its loops turn out to be
+ * of one task each (a worker that cannot start makes the next call to check return
+ * ROPE_ERR_INTERNAL before it writes anything). The pool runs at most 256 threads (Halide's
+ * limit): a larger n, like a larger ROPE_NUM_THREADS or core count, gives 256. Calls may ask
+ * for fewer with rope_params.num_threads.
  * @return ROPE_OK or ROPE_ERR_BAD_VALUE (n < 1).
  */
 rope_status rope_set_num_threads(int n);

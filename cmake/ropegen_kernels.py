@@ -553,7 +553,7 @@ def main():
     def c_string(text):  # a C string literal of text, paths relative to the source tree
         return json.dumps(str(text).replace(source_root, ""))
 
-    def pick(option, text, allowed, convert=str):
+    def pick(option, text, allowed, convert=str, may_be_empty=False):
         try:
             values = [convert(v) for v in text.split(";") if v]
         except ValueError as err:
@@ -561,12 +561,15 @@ def main():
         for value in values:
             if value not in allowed:
                 raise ScheduleError(f"{option}: {value!r} is not one of {list(allowed)}")
+        if not values and not may_be_empty:
+            raise ScheduleError(f"{option}: {text!r} names none of {list(allowed)}: a build without any would serve no call")
         return [v for v in allowed if v in values]  # canonical order
 
     try:
         arch_isas = tuple(isa for isa, (arch, *_) in ISAS.items() if arch == args.arch)
         isas = list(arch_isas) if args.isas == "all" else pick(f"ROPEGEN_ISAS ({args.arch})", args.isas, arch_isas)
-        cuda_levels = list(CUDA_LEVELS) if args.cuda == "all" else pick("ROPEGEN_CUDA_LEVELS", args.cuda, tuple(CUDA_LEVELS))
+        cuda_levels = (list(CUDA_LEVELS) if args.cuda == "all"
+                       else pick("ROPEGEN_CUDA_LEVELS", args.cuda, tuple(CUDA_LEVELS), may_be_empty=True))
         dtypes = pick("ROPEGEN_DTYPES", args.dtypes, tuple(DTYPES))
         head_dims = pick("ROPEGEN_HEAD_DIMS", args.head_dims, HEAD_DIMS, int)
         if 0 not in head_dims:

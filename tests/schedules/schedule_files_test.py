@@ -412,12 +412,12 @@ class CommandLineTest(unittest.TestCase):
         self.root = pathlib.Path(self.tmp.name)
         self.tuned_dir = self.root / "tuned"
 
-    def run_script(self, machine, halide=HALIDE, schedules=REPO / "schedules"):
+    def run_script(self, machine, halide=HALIDE, schedules=REPO / "schedules", isas="avx512", dtypes="f32"):
         out = self.root / "kernels.cmake"
         result = subprocess.run(
             [sys.executable, str(SCRIPT), "--schedules", str(schedules), "--tuned-dir", str(self.tuned_dir),
              "--tuned-machine", machine, "--halide-version", halide, "--ropegen-version", ROPEGEN, "--arch", "x86_64",
-             "--isas", "avx512", "--cuda", "", "--dtypes", "f32", "--head-dims", "128;0", "--out-cmake", str(out),
+             "--isas", isas, "--cuda", "", "--dtypes", dtypes, "--head-dims", "128;0", "--out-cmake", str(out),
              "--out-inc", str(self.root / "kernels.inc"), "--out-schedules", str(self.root / "schedules.inc")],
             capture_output=True, text=True, check=False)
         return result, out.read_text() if result.returncode == 0 else None
@@ -442,6 +442,14 @@ class CommandLineTest(unittest.TestCase):
                       "bhsd_tokens_per_task=32 bhsd_head_loop=outside_tokens",
                       self.params_line(script))
         self.assertIn(f'message(STATUS "ropegen: {TARGET}: tuned schedule {path} (measured, 2026-11-21)")', script)
+
+    def test_a_build_of_no_isa_or_no_dtype_is_refused(self):
+        for option, isas, dtypes in (("ROPEGEN_ISAS", "", "f32"), ("ROPEGEN_DTYPES", "avx512", ";")):
+            with self.subTest(option):
+                result, _ = self.run_script("none", isas=isas, dtypes=dtypes)
+                self.assertNotEqual(result.returncode, 0)
+                self.assertIn(f"{option}", result.stderr)
+                self.assertIn("names none of", result.stderr)
 
     def test_large_calls_kernel_listed_before_its_sibling(self):
         path = self.write_tuned()

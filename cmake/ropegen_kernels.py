@@ -412,8 +412,10 @@ def resolve(entries, key, tuned=()):
     layers = matching_entries(entries, key, tuned)
     for _, params in layers:
         _overlay(resolved, params)
-    for (group, knob), message in rule_violations(key, resolved).items():
-        setter = next(where for where, params in reversed(layers) if knob in (params.get(group, {}) if group else params))
+    for (group, knobs), message in rule_violations(key, resolved).items():
+        # The last layer that set a knob of the rule broke it.
+        setter = next(where for where, params in reversed(layers)
+                      if set(knobs) & set(params.get(group, {}) if group else params))
         raise ScheduleError(f"{setter}.params, for kernel {key}: {message}")
     return _plain_words(key, resolved)
 
@@ -450,7 +452,7 @@ def stores_pair_words(key, params):
 
 def rule_violations(key, params):
     """What in `params` (resolved, or one entry's) the kernel `key` may not have, as
-    {(group or None, knob): message}.
+    {(group or None, (knob, ...)): message}, naming the knobs the rule involves.
     cos_sin_at: the library's allocation guarantee. Before a kernel runs, the dispatcher reserves
     exactly the scratch of the computed sources' root tables (and nothing for the cache source),
     so that a failed allocation is reported with no output written. A kernel must allocate
@@ -464,18 +466,18 @@ def rule_violations(key, params):
     placement = params.get("cos_sin_at")  # CPU families only
     allowed = "inline" if key["source"] == "cache" else "root"
     if placement is not None and placement != allowed:
-        violations[None, "cos_sin_at"] = (
+        violations[None, ("cos_sin_at",)] = (
             f"cos_sin_at {json.dumps(placement)} is not allowed for the {key['source']} source: a kernel may allocate "
             f"nothing beyond the scratch the dispatcher reserves before it runs; use {allowed}")
     gpu = params.get("gpu", {})
     if gpu.get("pair_threads", 0) > gpu.get("threads_per_block", 1024):
-        violations["gpu", "pair_threads"] = (
+        violations["gpu", ("pair_threads", "threads_per_block")] = (
             f"gpu.pair_threads {gpu['pair_threads']} exceeds gpu.threads_per_block {gpu['threads_per_block']}: a block's "
             "threads are pair_threads along a head's pairs times threads_per_block / pair_threads heads")
     tokens = gpu.get("tokens_per_block")
     pair_bytes = 8  # cos and sin, f32
     if tokens is not None and key["head_dim"] and tokens * key["head_dim"] // 2 * pair_bytes > CUDA_STATIC_SHARED_BYTES:
-        violations["gpu", "tokens_per_block"] = (
+        violations["gpu", ("tokens_per_block",)] = (
             f"gpu.tokens_per_block {tokens} is too many for head_dim {key['head_dim']}: a block's shared cos/sin table "
             f"of {tokens} rows of {key['head_dim'] // 2} pairs x {pair_bytes} bytes would exceed the "
             f"{CUDA_STATIC_SHARED_BYTES // 1024} KiB of static shared memory; at most "

@@ -283,6 +283,14 @@ class TunedFileTest(unittest.TestCase):
                 f"{path}: kernels[0].params: gpu.pair_threads 256 exceeds gpu.threads_per_block 128")):
             rk.load_tuned_file(path, "cuda-sm86", HALIDE, ROPEGEN)
 
+    def test_a_broken_gpu_rule_names_the_entry_that_broke_it(self):
+        # A sets pair_threads within the default block; B, more specific, then shrinks the block.
+        entries = rk.load_schedule_file(REPO / "schedules" / "cuda-sm86.json", "cuda-sm86")
+        entries.append(("entry A", dict(KEY, style="*", head_dim="*", source="*"), {"gpu": {"pair_threads": 64}}))
+        entries.append(("entry B", dict(KEY, head_dim="*", source="*"), {"gpu": {"threads_per_block": 32}}))
+        with self.assertRaisesRegex(rk.ScheduleError, r"^entry B\.params, .*gpu\.pair_threads 64 exceeds gpu\.threads_per_block 32"):
+            rk.resolve(entries, KEY)
+
     def test_machine_must_be_the_file_name(self):
         self.assert_rejected(self.write(tuned_doc(), machine="other-box"),
                              f'meta.tuned.machine: "{MACHINE}" must be the file\'s name, "other-box"')

@@ -32,7 +32,10 @@ inline constexpr double kF32SubnormalSlack = 2 * 0x1p-149;
 
 /// The tolerance of §7 for an f32 result of `source` (relative to max(|x_pair|)), scaled by
 /// 2 |attn_factor| when |attn_factor| exceeds 1 (the spec assumes <= 1): cos and sin are scaled
-/// by it, and rounded in binades whose ulp is at least twice that of values below 1.
+/// by it, and rounded in binades whose ulp is at least twice that of values below 1. |attn_factor|
+/// alone would bound a cache of true cos/sin (worst case 0.71 of it), but not a computed source,
+/// which rounds cos x attn_factor once more (1.41), nor the fuzzer's tables of any values, whose
+/// |c| and |s| are bounded apart (1.0).
 double relative_tolerance(rope_source source, double attn_factor = 1.0);
 /// The f16/bf16 alternative bound of §7 (kSixteenBitRelTol, relative to max(|x_pair|)), scaled
 /// like relative_tolerance: the rotation runs in f32 on cos and sin scaled by attn_factor.

@@ -612,8 +612,6 @@ TEST_F(FaultTest, HalideRuntimeErrorInsideAKernelIsAStatus) {
 
 // --- the library's thread pool ---------------------------------------------------------------------
 
-// --- the library's pool: workers that cannot start ----------------------------------------------
-
 // A pool size above any this process has run at, so that a loop on it must start new workers
 // (a size the pool has run at starts none): each thread-start test takes the next one. 0 when
 // they are used up (Halide's pool runs at most 256 threads).
@@ -735,11 +733,11 @@ TEST_F(FaultTest, AVarlenCallChecksThePoolBeforeItsFirstSequence) {
     // 5 tokens (20 KiB), then 2048 (8 MiB: above the size a call runs on the calling thread).
     VarlenCompatCall call({0, 5, 5 + 2048}, {7, 900}, 8, 64, 0);
     // 512 sequences of 8 tokens (32 KiB each, 16 MiB in all).
-    std::vector<int32_t> small_lengths(513), small_offsets(512, 3);
-    for (size_t b = 0; b < small_lengths.size(); b++) {
-        small_lengths[b] = static_cast<int32_t>(8 * b);
+    std::vector<int32_t> small_cu_seqlens(513), small_offsets(512, 3);
+    for (size_t b = 0; b < small_cu_seqlens.size(); b++) {
+        small_cu_seqlens[b] = static_cast<int32_t>(8 * b);
     }
-    VarlenCompatCall small(small_lengths, small_offsets, 8, 64, 0);
+    VarlenCompatCall small(small_cu_seqlens, small_offsets, 8, 64, 0);
     rope_report report = rope_report_init();
     if (rope_query(&call.params, &report) != ROPE_OK) {
         GTEST_SKIP() << report.message;

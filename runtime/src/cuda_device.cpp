@@ -26,6 +26,8 @@ using Result = int;  // CUresult
 using Device = int;  // CUdevice
 using DevicePointer = unsigned long long;  // CUdeviceptr
 constexpr Result kSuccess = 0;
+constexpr Result kInvalidValue = 1;  // CUDA_ERROR_INVALID_VALUE: what the queries answer for host memory
+constexpr Result kNotFound = 500;    // CUDA_ERROR_NOT_FOUND
 constexpr int kComputeCapabilityMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 constexpr int kComputeCapabilityMinor = 76;
 constexpr int kPointerContext = 1;        // CU_POINTER_ATTRIBUTE_CONTEXT
@@ -124,14 +126,17 @@ using cuda::result_name;
 // Every kernel runs on the context and stream of its call. Outside a call (Halide releasing its
 // state at exit) there is no context, and none is ever created.
 //
-// Once a call has failed, it gets no context: the kernels are built without asserts, so they
-// ignore a failed halide_cuda_initialize_kernels (cuModuleLoadDataEx: out of memory, a JIT
-// failure, no binary for the GPU) and go on to halide_cuda_run, which aborts on the missing module
-// unless acquiring the context fails first. Refused here, halide_cuda_run returns before that
-// check, every later launch of the call is skipped, and the dispatcher reports the recorded error.
+// Once a call has failed, it gets no context until its kernel has found its module: the kernels
+// are built without asserts, so they ignore a failed halide_cuda_initialize_kernels
+// (cuModuleLoadDataEx: out of memory, a JIT failure, no binary for the GPU) and go on to
+// halide_cuda_run, which aborts on the missing module unless acquiring the context fails first.
+// Refused here, halide_cuda_run returns before that check, and the dispatcher reports the
+// recorded error. Once the module was found (get_stream), the context is given:
+// halide_cuda_finalize_kernels needs it to drop the kernel's hold on the module, without which
+// rope_cuda_release_context could never unload it; get_stream then skips the later launches.
 int acquire_context(void *user_context, void **context, bool create) {
     const auto *call = static_cast<const CallContext *>(user_context);
-    if (call != nullptr && call->failure() != CallFailure::None) {
+    if (call != nullptr && call->failure() != CallFailure::None && !call->cuda_module_found) {
         *context = nullptr;
         return halide_error_code_device_interface_no_device;
     }
@@ -146,10 +151,15 @@ int release_context(void *) {
     return halide_error_code_success;
 }
 
+// halide_cuda_run asks for the stream after it found the kernel's module, just before the launch.
 int get_stream(void *user_context, void *, void **stream) {
-    const auto *call = static_cast<const CallContext *>(user_context);
+    auto *call = static_cast<CallContext *>(user_context);
     *stream = call != nullptr ? call->cuda_stream : nullptr;
-    return halide_error_code_success;
+    if (call == nullptr) {
+        return halide_error_code_success;
+    }
+    call->cuda_module_found = true;
+    return call->failure() == CallFailure::None ? halide_error_code_success : halide_error_code_device_run_failed;
 }
 
 }  // namespace
@@ -211,11 +221,11 @@ cuda::Result with_context(const cuda::Driver &d, void *context, Body body) {
 // returns a single chunk. The bound keeps a call's checks short (views up to 8 GiB of 2 MiB chunks).
 constexpr int kMaxMappings = 4096;
 
-enum class RangeProblem { None, NotDevice, OtherContext, OtherDevice, PastEnd, TooManyMappings };
+enum class RangeProblem { None, NotDevice, OtherContext, OtherDevice, PastEnd, TooManyMappings, DriverFailed };
 
 struct RangeCheck {
     RangeProblem problem = RangeProblem::None;
-    cuda::Result result = cuda::kSuccess;  // the failed query, for NotDevice
+    cuda::Result result = cuda::kSuccess;  // the failed query, for NotDevice and DriverFailed
     cuda::DevicePointer start = 0;         // the allocations found from range.first on
     size_t size = 0;
     int owner = 0;  // the context's device ordinal, or the owner's, for OtherDevice
@@ -233,11 +243,17 @@ bool is_mapped_chunk(const cuda::Driver &d, cuda::DevicePointer at) {
     return true;
 }
 
+// True when a pointer query failed for another reason than the pointer (a driver shutting down or
+// in a sticky error state, out of memory): not the caller's pointer's fault.
+bool driver_failed(cuda::Result result) {
+    return result != cuda::kSuccess && result != cuda::kInvalidValue && result != cuda::kNotFound;
+}
+
 // Checks that the bytes of `range` lie in memory the kernels may use on `context` (current): one
 // allocation, or VMM chunks mapped back to back, each of that context or, for memory of no context
 // (VMM chunks, pool memory), of its device. A pointer of another context resolves too, since all
-// share one address space, but that context's memory is not mapped in this one: the kernel would
-// fault.
+// share one address space, but unless peer access was enabled that context's memory is not mapped
+// in this one, and the kernel would fault: refused whatever the peer access.
 RangeCheck check_range(const cuda::Driver &d, const MemoryRange &range, void *context, cuda::Device device) {
     RangeCheck c;
     cuda::DevicePointer at = range.first;
@@ -245,6 +261,10 @@ RangeCheck check_range(const cuda::Driver &d, const MemoryRange &range, void *co
         cuda::DevicePointer start = 0;
         size_t size = 0;
         c.result = d.mem_get_address_range(&start, &size, at);
+        if (driver_failed(c.result)) {
+            c.problem = RangeProblem::DriverFailed;
+            return c;
+        }
         if (mapping > 0 && (c.result != cuda::kSuccess || start != at || !is_mapped_chunk(d, at))) {
             c.problem = RangeProblem::PastEnd;  // no VMM chunk mapped right after the last one
             return c;
@@ -262,7 +282,7 @@ RangeCheck check_range(const cuda::Driver &d, const MemoryRange &range, void *co
             }
         }
         if (c.result != cuda::kSuccess) {
-            c.problem = RangeProblem::NotDevice;
+            c.problem = driver_failed(c.result) ? RangeProblem::DriverFailed : RangeProblem::NotDevice;
             return c;
         }
         if (owner != nullptr && owner != context) {
@@ -339,6 +359,12 @@ rope_status prepare_cuda_call(const ValidCall &call, CudaTarget *target, std::st
         return ROPE_ERR_DEVICE;
     }
     target->capability = major * 10 + minor;
+    if (bad_range != nullptr && check.problem == RangeProblem::DriverFailed) {
+        why << "the driver could not look up " << bad_range->name << "=" << reinterpret_cast<void *>(bad_range->first)
+            << " (cuMemGetAddressRange/cuPointerGetAttribute: " << result_name(check.result) << ")";
+        *message = why.str();
+        return ROPE_ERR_DEVICE;
+    }
     if (bad_range != nullptr) {
         why << bad_range->name << "=" << reinterpret_cast<void *>(bad_range->first);
         const auto view = [&] {
@@ -405,12 +431,19 @@ extern "C" rope_status rope_cuda_release_context(void *context) {
     // No exception crosses the ABI: loading the driver builds strings (std::bad_alloc).
     return ropegen::without_exceptions(nullptr, [&] {
         ropegen::ensure_initialized();
-        if (context == nullptr || !ropegen::cuda::driver().error.empty()) {
+        const ropegen::cuda::Driver &d = ropegen::cuda::driver();
+        if (context == nullptr || !d.error.empty()) {
             return ROPE_OK;  // nothing was ever loaded on it
         }
         ropegen::CallContext call(nullptr, 1);
         call.cuda_context = context;
-        halide_device_release(&call, halide_cuda_device_interface());
-        return ROPE_OK;
+        // Made current here first: Halide's release, when it cannot push the context (destroyed
+        // already), goes on with the caller's, unloading through dead handles and popping a
+        // context it never pushed. Its errors reach the call through the library's handler.
+        const ropegen::cuda::Result pushed = ropegen::with_context(d, context, [&] {
+            halide_device_release(&call, halide_cuda_device_interface());
+            return ropegen::cuda::kSuccess;
+        });
+        return pushed == ropegen::cuda::kSuccess && call.failure() == ropegen::CallFailure::None ? ROPE_OK : ROPE_ERR_DEVICE;
     });
 }

@@ -163,6 +163,61 @@ TEST(CudaStubDriver, AModuleThatCannotLoadIsADeviceErrorAndLaunchesNothing) {
     EXPECT_TRUE(device.unchanged(call));
 }
 
+// A launch that fails (a block asking too much shared memory, say) once left Halide's hold on the
+// kernel's module behind: once the call had failed, the library's hook refused the context to
+// halide_cuda_finalize_kernels too, so rope_cuda_release_context could not unload the module, and
+// a new context given the old one's handle ran on the dead module.
+TEST(CudaStubDriver, AFailedLaunchStillLetsTheContextsKernelsBeReleased) {
+    ROPEGEN_STUB_FAILING("cuLaunchKernel");
+    RopeCall call(q_only_cache_case());
+    DeviceCall device(call);
+    void *context = nullptr;
+    ASSERT_EQ(stub<int (*)(void **)>("cuCtxGetCurrent")(&context), 0);
+    const auto unloads = stub<int (*)()>("ropegen_stub_unloads");
+    for (int attempt = 0; attempt < 2; attempt++) {  // a second call on the released context loads it again
+        rope_report report = rope_report_init();
+        EXPECT_EQ(rope_dispatch(&device.params, &report), ROPE_ERR_DEVICE) << "attempt " << attempt;
+        EXPECT_NE(std::string(report.message).find("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"), std::string::npos)
+            << report.message;
+        EXPECT_EQ(rope_cuda_release_context(context), ROPE_OK);
+        EXPECT_EQ(unloads(), attempt + 1) << "the module is unloaded on release";
+    }
+    EXPECT_EQ(launches(), 0);
+    EXPECT_TRUE(device.unchanged(call));
+}
+
+// A context destroyed already cannot be made current: Halide's release would then go on with the
+// caller's context (and pop it). Refused, with the caller's context left current.
+TEST(CudaStubDriver, ReleasingAContextThatCannotBeMadeCurrentIsADeviceError) {
+    RopeCall call(q_only_cache_case());
+    DeviceCall device(call);
+    rope_report report = rope_report_init();
+    ASSERT_EQ(rope_dispatch(&device.params, &report), ROPE_OK) << report.message;  // the driver is loaded
+    void *before = nullptr, *after = nullptr;
+    ASSERT_EQ(stub<int (*)(void **)>("cuCtxGetCurrent")(&before), 0);
+    int not_a_context = 0;
+    EXPECT_EQ(rope_cuda_release_context(&not_a_context), ROPE_ERR_DEVICE);
+    ASSERT_EQ(stub<int (*)(void **)>("cuCtxGetCurrent")(&after), 0);
+    EXPECT_EQ(after, before);
+}
+
+// A pointer query that fails for the driver's own reasons (shutting down, a sticky error) is a
+// device error naming CUDA's error, not a bad pointer of the caller's.
+TEST(CudaStubDriver, APointerQueryTheDriverFailsIsADeviceError) {
+    RopeCall call(q_only_cache_case());
+    DeviceCall device(call);  // before the failure is chosen: the stub is loaded by then
+    setenv("ROPEGEN_STUB_CUDA_FAIL", "cuPointerGetAttribute", 1);
+    rope_report report = rope_report_init();
+    const int before = launches();
+    const rope_status status = rope_dispatch(&device.params, &report);
+    unsetenv("ROPEGEN_STUB_CUDA_FAIL");
+    EXPECT_EQ(status, ROPE_ERR_DEVICE) << report.message;
+    EXPECT_NE(std::string(report.message).find("CUDA_ERROR_DEINITIALIZED"), std::string::npos) << report.message;
+    EXPECT_NE(std::string(report.message).find("q="), std::string::npos) << report.message;
+    EXPECT_EQ(launches(), before);
+    EXPECT_TRUE(device.unchanged(call));
+}
+
 // Every context shares one address space, so a pointer of another context resolves, but the
 // call's context cannot reach that memory.
 TEST(CudaStubDriver, APointerOfAnotherContextIsRefused) {

@@ -6,9 +6,12 @@
 // with the context current at the time, and that cuMemGetAddressRange_v2 and cuPointerGetAttribute
 // answer for, as for the chunks cuMemMap maps into a range cuMemAddressReserve reserved (memory
 // of no context, as VMM memory is). Modules load without compiling anything and launches run nothing: they are counted
-// (ropegen_stub_launches). ROPEGEN_STUB_CUDA_FAIL picks a failure: "cuInit" (no device: as with
-// CUDA_VISIBLE_DEVICES="") or "cuModuleLoadDataEx" (out of device memory, as when the module
-// does not fit). Entry points the tests never reach return CUDA_ERROR_NOT_SUPPORTED.
+// (ropegen_stub_launches), as are module unloads (ropegen_stub_unloads). ROPEGEN_STUB_CUDA_FAIL
+// picks a failure: "cuInit" (no device: as with CUDA_VISIBLE_DEVICES=""), "cuModuleLoadDataEx"
+// (out of device memory, as when the module does not fit), "cuLaunchKernel" (out of resources, as
+// for a block asking too much shared memory) or "cuPointerGetAttribute" (a driver shutting down).
+// Pushing a context it never created fails, as for a destroyed one. Entry points the tests never
+// reach return CUDA_ERROR_NOT_SUPPORTED.
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +24,10 @@ enum {
     kSuccess = 0,
     kInvalidValue = 1,
     kOutOfMemory = 2,
+    kDeinitialized = 4,
     kNoDevice = 100,
     kInvalidContext = 201,
+    kLaunchOutOfResources = 701,
     kNotSupported = 801,
 };
 
@@ -43,6 +48,7 @@ struct Allocation {
 static struct Allocation g_allocations[kMaxAllocations];
 static int g_allocation_count = 0;
 static int g_launches = 0;
+static int g_unloads = 0;
 static int g_module;  // the one module's handle
 static unsigned long long g_handles = 0;  // cuMemCreate's handles so far
 
@@ -65,6 +71,10 @@ int ropegen_stub_launches(void) {
     return g_launches;
 }
 
+int ropegen_stub_unloads(void) {
+    return g_unloads;
+}
+
 // An ordinary allocation of the current context at `address` (in a range cuMemAddressReserve
 // gave): what cuMemAlloc_v2 returns when the driver places it right after another allocation.
 CUresult ropegen_stub_alloc_at(CUdeviceptr address, size_t bytes) {
@@ -84,6 +94,8 @@ CUresult cuInit(unsigned flags) {
 CUresult cuGetErrorName(CUresult result, const char **name) {
     switch (result) {
     case kOutOfMemory: *name = "CUDA_ERROR_OUT_OF_MEMORY"; return kSuccess;
+    case kDeinitialized: *name = "CUDA_ERROR_DEINITIALIZED"; return kSuccess;
+    case kLaunchOutOfResources: *name = "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"; return kSuccess;
     case kNoDevice: *name = "CUDA_ERROR_NO_DEVICE"; return kSuccess;
     case kInvalidValue: *name = "CUDA_ERROR_INVALID_VALUE"; return kSuccess;
     case kInvalidContext: *name = "CUDA_ERROR_INVALID_CONTEXT"; return kSuccess;
@@ -119,6 +131,15 @@ CUresult cuStreamGetCtx(void *stream, void **context) {
     return kSuccess;
 }
 
+static int created(const void *context) {
+    for (int i = 0; i < g_context_count; i++) {
+        if (context == &g_contexts[i]) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 // The contexts pushed over (the library pushes the call's context around its queries, Halide
 // around loading a module and each launch).
 enum { kMaxPushed = 8 };
@@ -127,6 +148,9 @@ static int g_pushed = 0;
 CUresult cuCtxPushCurrent_v2(void *context) {
     if (g_pushed == kMaxPushed) {
         return kInvalidValue;
+    }
+    if (!created(context)) {
+        return kInvalidContext;
     }
     g_pushed_over[g_pushed++] = g_current;
     g_current = context;
@@ -224,6 +248,9 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *start, size_t *size, CUdeviceptr p
 }
 
 CUresult cuPointerGetAttribute(void *value, int attribute, CUdeviceptr p) {
+    if (failing("cuPointerGetAttribute")) {
+        return kDeinitialized;
+    }
     const struct Allocation *a = find(p);
     if (a == NULL) {
         return kInvalidValue;
@@ -258,12 +285,16 @@ CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, u
                         unsigned shared, void *stream, void **params, void **extra) {
     (void)function, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)stream;
     (void)params, (void)extra;
+    if (failing("cuLaunchKernel")) {
+        return kLaunchOutOfResources;
+    }
     g_launches++;
     return kSuccess;
 }
 
 CUresult cuModuleUnload(void *module) {
     (void)module;
+    g_unloads++;
     return kSuccess;
 }
 

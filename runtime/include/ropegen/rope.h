@@ -249,7 +249,7 @@ typedef struct rope_params {
     int32_t rotary_offset;    /**< o: first rotated lane (spec §1) */
     rope_tensor q;            /**< required */
     rope_tensor k;            /**< optional: k.data == NULL rotates q only; heads may differ from q (GQA) */
-    rope_tensor q_out;        /**< required; equal to q (same data and strides) for in place */
+    rope_tensor q_out;        /**< required; equal to q (same data and sizes; strides may differ only along axes of size 1) for in place */
     rope_tensor k_out;        /**< required when k is given; when k.data is NULL, neither validated, read
                                    nor written */
     rope_positions positions;
@@ -436,7 +436,9 @@ uint32_t rope_abi_version(void);
  * Releases what the library holds for a CUDA context (its kernels, loaded the first time a call
  * ran on that context). Call it before destroying a context that calls have run on, once their
  * work has finished; a later call on the same context loads the kernels again.
- * @return ROPE_OK; ROPE_ERR_UNSUPPORTED in a library built without CUDA kernels.
+ * @return ROPE_OK; ROPE_ERR_DEVICE when the context cannot be made current (destroyed already:
+ *         nothing is released) or the driver fails to unload a kernel; ROPE_ERR_UNSUPPORTED in
+ *         a library built without CUDA kernels.
  */
 rope_status rope_cuda_release_context(void *context);
 

@@ -138,8 +138,9 @@ SharedArgs shared_args(const ValidCall &call, void *placeholder) {
                       placeholder,
                       narrow,
                       positions_given,
-                      table ? pos.strides[1] * scale : 0,
-                      positions_given ? pos.strides[0] * scale : 0,
+                      // A stride along an axis of one item is never stepped, and validation leaves it unbounded.
+                      table && p.q.sizes[1] > 1 ? pos.strides[1] * scale : 0,
+                      positions_given && p.q.sizes[0] > 1 ? pos.strides[0] * scale : 0,
                       positions_given ? 0 : pos.offset,
                       table ? 0 : 1,
                       mrope ? p.mrope.sections[0] : static_cast<int32_t>(pairs),

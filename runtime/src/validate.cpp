@@ -79,9 +79,18 @@ bool multiply_overflows(int64_t a, int64_t b, int64_t *product) {
     return __builtin_mul_overflow(a, b, product);
 }
 
+// The same elements at the same addresses: a stride along an axis of one item is never stepped,
+// so it may differ (a decode step's q described as BSHD, its output as BHSD).
 bool same_view(const rope_tensor &a, const rope_tensor &b) {
-    return a.data == b.data && std::memcmp(a.sizes, b.sizes, sizeof(a.sizes)) == 0 &&
-           std::memcmp(a.strides, b.strides, sizeof(a.strides)) == 0;
+    if (a.data != b.data || std::memcmp(a.sizes, b.sizes, sizeof(a.sizes)) != 0) {
+        return false;
+    }
+    for (int axis = 0; axis < 4; axis++) {
+        if (a.sizes[axis] > 1 && a.strides[axis] != b.strides[axis]) {
+            return false;
+        }
+    }
+    return true;
 }
 
 using Wide = __int128;  // products of two 64-bit values, and sums of such products, fit
@@ -141,23 +150,50 @@ bool token_lattice_meets(int64_t sb, int64_t nb, int64_t ss, int64_t ns, int64_t
 
 namespace {
 
-// True when two views share no element. Views with the same batch and seq strides (views into
-// one buffer: packed QKV, a KV cache) are compared exactly on their token lattice, each token's
-// heads taken as one contiguous span; any other pair is judged by its byte range (ra, rb).
+// True when the elements of views a and b (b starting `delta` elements after a) keep to separate
+// lanes of slots of one heads stride: every step of a token or head is a multiple of that
+// stride, so a's elements lie at [0, Da) of a slot and b's at [r, r + Db), r = delta mod stride.
+// Heads interleaved within tokens, as q and k of GPT-NeoX's fused [B][S][H][3D] QKV buffer.
+bool in_separate_lanes(const rope_tensor &a, const rope_tensor &b, int64_t delta) {
+    const int64_t slot = a.sizes[2] > 1 ? a.strides[2] : b.strides[2];
+    if (slot <= 0) {
+        return false;
+    }
+    for (const rope_tensor *t : {&a, &b}) {
+        for (int axis = 0; axis < 3; axis++) {
+            if (t->sizes[axis] > 1 && t->strides[axis] % slot != 0) {
+                return false;
+            }
+        }
+    }
+    const int64_t r = delta % slot < 0 ? delta % slot + slot : delta % slot;
+    return a.sizes[3] <= r && b.sizes[3] <= slot - r;
+}
+
+// True when two views share no element: views in separate lanes of every head slot
+// (in_separate_lanes), or views with the same batch and seq strides (views into one buffer:
+// packed QKV, a KV cache) compared exactly on their token lattice, each token's heads taken as
+// one contiguous span; any other pair is judged by its byte range (ra, rb).
 bool disjoint(const rope_tensor &a, const ByteRange &ra, const rope_tensor &b, const ByteRange &rb) {
     if (ra.empty || rb.empty || ra.last < rb.first || rb.last < ra.first) {
         return true;
     }
     const int64_t element = static_cast<int64_t>(dtype_bytes(a.dtype));
     const intptr_t byte_delta = reinterpret_cast<intptr_t>(b.data) - reinterpret_cast<intptr_t>(a.data);
+    if (a.dtype != b.dtype || byte_delta % element != 0) {
+        return false;
+    }
+    const int64_t delta = byte_delta / element;
+    if (in_separate_lanes(a, b, delta)) {
+        return true;
+    }
     const bool same_tokens = a.sizes[0] == b.sizes[0] && a.sizes[1] == b.sizes[1] &&
                              (a.sizes[0] == 1 || a.strides[0] == b.strides[0]) && (a.sizes[1] == 1 || a.strides[1] == b.strides[1]);
     const bool repeated_tokens = (a.sizes[0] > 1 && a.strides[0] == 0) || (a.sizes[1] > 1 && a.strides[1] == 0);
-    if (a.dtype != b.dtype || !same_tokens || repeated_tokens || byte_delta % element != 0) {
+    if (!same_tokens || repeated_tokens) {
         return false;
     }
     auto token_span = [](const rope_tensor &t) { return (t.sizes[2] - 1) * t.strides[2] + t.sizes[3]; };
-    const int64_t delta = byte_delta / element;
     // Overlap needs tokens ta, tb and offsets x in [0, span_a), y in [0, span_b) with
     // ta + x = tb + delta + y, i.e. ta - tb in (delta - span_a, delta + span_b).
     return !token_lattice_meets(a.strides[0], a.sizes[0], a.strides[1], a.sizes[1], delta - token_span(a),
@@ -398,6 +434,11 @@ FrequencyBound check_scaling(Failure &f, const rope_params &p, ValidCall *call, 
         attn_factor = sc.mscale != 0 && sc.mscale_all_dim != 0
                           ? yarn_mscale(sc.factor, sc.mscale) / yarn_mscale(sc.factor, sc.mscale_all_dim)
                           : yarn_mscale(sc.factor, 1.0);
+        if (!f.failed() && p.angles.attn_factor == 0 && !(attn_factor <= std::numeric_limits<float>::max())) {
+            f.fail(ROPE_ERR_BAD_VALUE) << "scaling.mscale=" << sc.mscale << " and mscale_all_dim=" << sc.mscale_all_dim
+                                       << " with factor=" << sc.factor << " derive an attention factor of " << attn_factor
+                                       << ", beyond f32's range (spec §6)";
+        }
         bound = divided;
         break;
     }
@@ -559,16 +600,19 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
             return;
         }
     }
+    // An entry's name: what[b][s], without the indices that are negative (a scalar offset's).
+    auto name = [](const char *what, int64_t b, int64_t s) {
+        return what + (b >= 0 ? "[" + std::to_string(b) + "]" : "") + (s >= 0 ? "[" + std::to_string(s) + "]" : "");
+    };
     auto check = [&](int64_t first, int64_t last, const char *what, int64_t b, int64_t s) {
         if (first < 0) {
-            f.fail(ROPE_ERR_POSITION_OUT_OF_RANGE) << what << "[" << b << "]" << (s >= 0 ? "[" + std::to_string(s) + "]" : "")
-                                                   << "=" << first << " is negative; positions must be >= 0 (spec §5)";
+            f.fail(ROPE_ERR_POSITION_OUT_OF_RANGE) << name(what, b, s) << "=" << first
+                                                   << " is negative; positions must be >= 0 (spec §5)";
             return false;
         }
         if (last >= limit || last < first) {
-            f.fail(ROPE_ERR_POSITION_OUT_OF_RANGE) << what << "[" << b << "]" << (s >= 0 ? "[" + std::to_string(s) + "]" : "")
-                                                   << " gives position " << last << "; positions must be < " << limit
-                                                   << " (" << limit_rule << ")";
+            f.fail(ROPE_ERR_POSITION_OUT_OF_RANGE) << name(what, b, s) << " gives position " << last
+                                                   << "; positions must be < " << limit << " (" << limit_rule << ")";
             return false;
         }
         return true;
@@ -603,7 +647,7 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
         const int64_t offset = pos.data != nullptr ? read(b * pos.strides[0]) : pos.offset;
         const int64_t length = varlen != nullptr ? sequence_start(*varlen, b + 1) - sequence_start(*varlen, b) : seq;
         const int64_t last = offset > limit ? offset : offset + std::max<int64_t>(length, 1) - 1;
-        if (!check(offset, last, what, b, -1)) {
+        if (!check(offset, last, what, pos.data != nullptr || varlen != nullptr ? b : -1, -1)) {
             return;
         }
     }
@@ -723,6 +767,10 @@ SlicedAxes axes_beyond_int32_strides(const ValidCall &call) {
     const bool table = pos.kind == ROPE_POSITIONS_TABLE;
     axes[0] = axes[0] || (p.q.sizes[0] > 1 && (table || pos.data != nullptr) && pos.strides[0] > kMaxStride / scale);
     axes[1] = axes[1] || (p.q.sizes[1] > 1 && table && pos.strides[1] > kMaxStride / scale);
+    // A CPU kernel of a computed source builds one cos/sin table for the call, [batch][seq][pair],
+    // and Halide keeps its batch stride, seq x rotary_dim/2 elements, in 32 bits.
+    const bool built_table = p.device == ROPE_DEVICE_CPU && p.angles.source != ROPE_SOURCE_CACHE;
+    axes[0] = axes[0] || (built_table && p.q.sizes[0] > 1 && p.q.sizes[1] * (call.rotary_dim / 2) > kMaxStride);
     return sliced;
 }
 
@@ -990,7 +1038,7 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
                                  << bytes_text(ranges[pair.out].first, ranges[pair.out].last) << ") partially overlaps "
                                  << kTensorNames[pair.other] << " ("
                                  << bytes_text(ranges[pair.other].first, ranges[pair.other].last) << ")"
-                                 << (own_input ? "; an output must be exactly its input (same data, sizes, strides) or disjoint from it (spec §4)"
+                                 << (own_input ? "; an output must be exactly its input (same data and sizes, same strides along axes of more than one item) or disjoint from it (spec §4)"
                                                : "; they must not share any element (spec §4)");
         return f.finish();
     }
@@ -1009,15 +1057,19 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
     // last, as UNSUPPORTED is the status of a call that breaks no rule.
     if (per_sequence_scaling(p) && axes_beyond_int32_strides(*call).axis[1]) {
         auto &out = f.fail(ROPE_ERR_UNSUPPORTED);
+        // The rule first: a report's message holds 255 characters.
         out << "scaling.type=" << enum_value(p.scaling.type)
-            << " (per-sequence lengths) with a sequence stride beyond 2^31 elements (strides[1] of q " << p.q.strides[1]
-            << ", q_out " << p.q_out.strides[1];
+            << " (per-sequence lengths) with a sequence stride beyond 2^31 elements: the call would be split along it "
+               "and each part measure its own length (strides[1] of q "
+            << p.q.strides[1] << ", q_out " << p.q_out.strides[1];
         if (call->has_k) {
             out << ", k " << p.k.strides[1] << ", k_out " << p.k_out.strides[1];
         }
-        out << ", positions " << p.positions.strides[1]
-            << (p.positions.index_type == ROPE_INDEX_INT64 ? ", int64 entries counting twice" : "")
-            << "): the call would be split along it and each part measure its own length";
+        if (p.positions.kind == ROPE_POSITIONS_TABLE) {
+            out << ", positions " << p.positions.strides[1]
+                << (p.positions.index_type == ROPE_INDEX_INT64 ? ", int64 entries counting twice" : "");
+        }
+        out << ")";
         return f.finish();
     }
     return f.finish();

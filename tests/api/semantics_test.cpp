@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "support/kernels.h"
@@ -247,6 +248,27 @@ TEST(ApiSemantics, Int64PositionStrideBeyondInt32SameBitsAsACompactTable) {
         ASSERT_EQ(sliced.run(with_huge_table), ROPE_OK) << sliced.report().message;
         EXPECT_TRUE(same_bits(sliced.q_out, compact.q_out));
         EXPECT_TRUE(same_bits(sliced.k_out, compact.k_out));
+    }
+}
+
+// A position table's stride along an axis of one item is never stepped, so validation bounds it
+// not at all: INT64_MAX there once overflowed as it was doubled for the int64 entries' words
+// (UBSan, the asan preset, stops on that).
+TEST(ApiSemantics, PositionStrideAlongAnAxisOfOneItemIsNeverStepped) {
+    for (int axis = 0; axis < 2; axis++) {
+        SCOPED_TRACE(axis == 0 ? "batch of one" : "one token a sequence");
+        CaseSpec c = huge_stride_case(PositionMode::Table, ROPE_INDEX_INT64);
+        ROPEGEN_SKIP_UNLESS_BUILT(c.style, c.source, c.dtype, 64);
+        (axis == 0 ? c.batch : c.seq) = 1;
+        c.positions = random_table(c, 0, 1000, ROPE_INDEX_INT64, 6);
+        RopeCall call(c);
+        const Runner never_stepped = [axis](const rope_params *params, rope_report *report) {
+            rope_params p = *params;
+            p.positions.strides[axis] = std::numeric_limits<int64_t>::max();
+            return rope_dispatch(&p, report);
+        };
+        ASSERT_EQ(call.run(never_stepped), ROPE_OK) << call.report().message;
+        EXPECT_TRUE(call.check_outputs());
     }
 }
 

@@ -460,7 +460,7 @@ TEST_F(Validation, NegativeScalarOffset) {
     p.positions = rope_positions{};
     p.positions.kind = ROPE_POSITIONS_OFFSET;
     p.positions.offset = -1;
-    expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE, {"offset", "-1"});
+    expect_rejected(p, ROPE_ERR_POSITION_OUT_OF_RANGE, {"positions.offset=-1 is negative"});
 }
 
 TEST_F(Validation, NegativeBatchOffset) {
@@ -796,6 +796,40 @@ TEST_F(Validation, PackedQkvViewsAreNotAnOverlap) {
     CaseSpec c = valid_case();
     c.memory = Memory::PackedQkvInPlace;
     expect_correct(c, dispatch_runner());
+}
+
+// In place, an output may describe an axis of one item with another stride than its input (the
+// stride is never stepped): a decode step's q seen as BSHD, its output as BHSD, say.
+TEST_F(Validation, InPlaceOutputsMayGiveAnAxisOfOneItemAnotherStride) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, kHeadDim);
+    CaseSpec c = valid_case();
+    c.seq = 1;
+    c.positions = random_table(c, 0, 10, ROPE_INDEX_INT32, 1);
+    c.memory = Memory::InPlace;
+    expect_correct(c, [](const rope_params *params, rope_report *report) {
+        rope_params p = *params;
+        p.q_out.strides[1] = p.q.strides[2];
+        p.k_out.strides[1] = p.k.strides[2];
+        return rope_dispatch(&p, report);
+    });
+}
+
+// GPT-NeoX's fused QKV ([B][S][H][3D]): q and k are lanes [0, D) and [D, 2D) of each head's slot,
+// interleaved within every token, so rotating them in place is valid. One element closer, they
+// share elements.
+TEST_F(Validation, PerHeadQkvViewsAreNotAnOverlap) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_CACHE, ROPE_DTYPE_F32, kHeadDim);
+    CaseSpec c = valid_case();
+    c.memory = Memory::PerHeadQkvInPlace;
+    c.k_heads = c.q_heads;
+    expect_correct(c, dispatch_runner());
+    RopeCall call(c);
+    rope_params p = call.params();
+    p.k.data = static_cast<float *>(p.k.data) - 1;
+    p.k_out = p.k;
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_query(&p, &report), ROPE_ERR_OVERLAP) << report.message;
+    EXPECT_TRUE(mentions(report.message, "k")) << report.message;
 }
 
 // Views too large to exist, with the token lattice of packed views and 2^15 x 2^15 tokens (the
@@ -1217,6 +1251,49 @@ TEST_F(Validation, PerSequenceScalingWithASequenceStrideBeyondInt32) {
     }
 }
 
+// A CPU kernel of a computed source builds one cos/sin table for the call, [batch][seq][pair],
+// whose batch stride Halide keeps in 32 bits: once seq x rotary_dim/2 passes 2^31 - 1, the
+// dispatcher runs the call one batch item at a time (decided from the sizes: running it would take
+// 16 GiB of tables a batch item).
+TEST_F(Validation, AComputedSourcesTablePastInt32ElementsASequenceSlicesTheBatch) {
+    constexpr int64_t kTokens = int64_t{1} << 25, kHeadDimHere = 128;  // 2^25 x 64 pairs = 2^31
+    const SparseBuffer space(static_cast<size_t>(2 * kTokens * kHeadDimHere * sizeof(float)));
+    if (space.data() == nullptr) {
+        GTEST_SKIP() << "cannot reserve 32 GiB of address space";
+    }
+    rope_params p = valid();
+    p.k = p.k_out = rope_tensor{};
+    p.q.data = space.data();
+    // SBHD, so that no tensor stride passes 2^31 - 1 (a BSHD batch stride would, and slice it anyway).
+    const int64_t sizes[4] = {2, kTokens, 1, kHeadDimHere}, strides[4] = {kHeadDimHere, 2 * kHeadDimHere, kHeadDimHere, 1};
+    std::copy(sizes, sizes + 4, p.q.sizes);
+    std::copy(strides, strides + 4, p.q.strides);
+    p.q_out = p.q;
+    p.rotary_dim = kHeadDimHere;
+    p.angles.source = ROPE_SOURCE_COMPAT;
+    p.positions.kind = ROPE_POSITIONS_OFFSET;
+    p.positions.data = nullptr;
+    p.positions.offset = 0;
+    const auto batch_sliced = [](const rope_params &params) {
+        ValidCall call;
+        std::string message;
+        EXPECT_EQ(validate(&params, &call, &message), ROPE_OK) << message;
+        return axes_beyond_int32_strides(call).axis[0];
+    };
+    EXPECT_TRUE(batch_sliced(p));
+    rope_params one_pair_fewer = p;
+    one_pair_fewer.rotary_dim = kHeadDimHere - 2;  // 2^25 x 63 pairs
+    EXPECT_FALSE(batch_sliced(one_pair_fewer));
+    rope_params one_sequence = p;
+    one_sequence.q.sizes[0] = one_sequence.q_out.sizes[0] = 1;
+    EXPECT_FALSE(batch_sliced(one_sequence));
+    ValidCall cache;  // a call of the cache source reads the caller's table and builds none
+    std::string message;
+    ASSERT_EQ(validate(&p, &cache, &message), ROPE_OK) << message;
+    cache.params.angles.source = ROPE_SOURCE_CACHE;
+    EXPECT_FALSE(axes_beyond_int32_strides(cache).axis[0]);
+}
+
 TEST_F(Validation, YarnBetasAndMscales) {
     rope_params p = scaled(valid(), ROPE_SCALING_YARN);
     p.scaling.beta_fast = -1;
@@ -1227,6 +1304,18 @@ TEST_F(Validation, YarnBetasAndMscales) {
     p = scaled(valid(), ROPE_SCALING_YARN);
     p.scaling.mscale_all_dim = -0.5f;
     expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.mscale_all_dim", "-0.5"});
+}
+
+// The attention factor YaRN derives, mscale's over mscale_all_dim's, must be an f32 as a given
+// one is; a given attn_factor replaces it.
+TEST_F(Validation, YarnDerivedAttentionFactorBeyondF32) {
+    rope_params p = scaled(valid(), ROPE_SCALING_YARN);
+    p.scaling.factor = 1e30f;
+    p.scaling.mscale = 3e38f;
+    p.scaling.mscale_all_dim = 1e-30f;
+    expect_rejected(p, ROPE_ERR_BAD_VALUE, {"scaling.mscale=3e+38", "mscale_all_dim=1e-30", "beyond f32's range"});
+    p.angles.attn_factor = 1;
+    expect_accepted(p);
 }
 
 TEST_F(Validation, YarnMscalesInfinite) {

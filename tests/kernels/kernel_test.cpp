@@ -272,9 +272,10 @@ TEST_P(KernelTest, CacheTables) {
     }
 }
 
-// q and k as views into one fused QKV buffer, out of place and in place; v stays untouched.
+// q and k as views into one fused QKV buffer, out of place and in place, and as lane slices of
+// each head's slot (GPT-NeoX) in place; v stays untouched.
 TEST_P(KernelTest, PackedQkv) {
-    for (Memory memory : {Memory::PackedQkv, Memory::PackedQkvInPlace}) {
+    for (Memory memory : {Memory::PackedQkv, Memory::PackedQkvInPlace, Memory::PerHeadQkvInPlace}) {
         CaseSpec c = base_case();
         c.memory = memory;
         c.q_heads = 4;

@@ -19,6 +19,7 @@ const char *memory_name(Memory memory) {
         case Memory::InPlace: return "in-place";
         case Memory::PackedQkv: return "packed-qkv";
         case Memory::PackedQkvInPlace: return "packed-qkv-in-place";
+        case Memory::PerHeadQkvInPlace: return "per-head-qkv-in-place";
     }
     return "?";
 }
@@ -173,9 +174,10 @@ RopeCall::RopeCall(CaseSpec spec) : spec_(std::move(spec)) {
             }
             break;
         case Memory::PackedQkv:
-        case Memory::PackedQkvInPlace: {
-            PackedQkv packed = make_packed_qkv(c.dtype, c.batch, c.seq, c.q_heads, std::max<int64_t>(c.k_heads, 1),
-                                               c.head_dim, c.flush);
+        case Memory::PackedQkvInPlace:
+        case Memory::PerHeadQkvInPlace: {
+            const auto make = c.memory == Memory::PerHeadQkvInPlace ? make_per_head_qkv : make_packed_qkv;
+            PackedQkv packed = make(c.dtype, c.batch, c.seq, c.q_heads, std::max<int64_t>(c.k_heads, 1), c.head_dim, c.flush);
             q = packed.q;
             if (has_k) {
                 k = packed.k;
@@ -184,7 +186,7 @@ RopeCall::RopeCall(CaseSpec spec) : spec_(std::move(spec)) {
             break;
         }
     }
-    if (c.memory == Memory::InPlace || c.memory == Memory::PackedQkvInPlace) {
+    if (c.memory == Memory::InPlace || c.memory == Memory::PackedQkvInPlace || c.memory == Memory::PerHeadQkvInPlace) {
         q_out = q;
         k_out = k;
     } else {

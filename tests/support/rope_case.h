@@ -43,6 +43,8 @@ enum class Memory {
     InPlace,           ///< q_out == q, k_out == k
     PackedQkv,         ///< q, k are views into one [B, S, Hq + 2 Hk, D] buffer; outputs separate
     PackedQkvInPlace,  ///< as PackedQkv, rotated in place
+    PerHeadQkvInPlace,  ///< q, k are lane slices of each head's slot in one [B, S, H, 3D] buffer
+                        ///< (GPT-NeoX's fused QKV), rotated in place
 };
 
 enum class Fill { Uniform, Nonzero, Adversarial, RandomBits };

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -123,6 +124,15 @@ PackedQkv make_packed_qkv(rope_dtype dtype, int64_t batch, int64_t seq, int64_t 
     return {all.view({batch, seq, q_heads, head_dim}, 0, strides),
             all.view({batch, seq, k_heads, head_dim}, q_heads * head_dim, strides),
             all.view({batch, seq, k_heads, head_dim}, (q_heads + k_heads) * head_dim, strides)};
+}
+
+PackedQkv make_per_head_qkv(rope_dtype dtype, int64_t batch, int64_t seq, int64_t q_heads, int64_t k_heads,
+                            int64_t head_dim, GuardedBytes::Flush flush) {
+    const int64_t heads = std::max(q_heads, k_heads);
+    const Tensor all = Tensor::make(dtype, {batch, seq, heads, 3 * head_dim}, Layout::BSHD, 0, flush);
+    const Sizes strides = all.strides();
+    return {all.view({batch, seq, q_heads, head_dim}, 0, strides), all.view({batch, seq, k_heads, head_dim}, head_dim, strides),
+            all.view({batch, seq, k_heads, head_dim}, 2 * head_dim, strides)};
 }
 
 namespace {

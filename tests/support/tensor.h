@@ -102,6 +102,11 @@ struct PackedQkv {
 };
 PackedQkv make_packed_qkv(rope_dtype dtype, int64_t batch, int64_t seq, int64_t q_heads, int64_t k_heads,
                           int64_t head_dim, GuardedBytes::Flush flush = GuardedBytes::Flush::End);
+/// q, k and v as the lanes [0, D), [D, 2D) and [2D, 3D) of each head's slot in one
+/// [batch, seq, heads, 3*D] buffer (GPT-NeoX's fused QKV projection): q takes the first q_heads
+/// slots, k and v the first k_heads.
+PackedQkv make_per_head_qkv(rope_dtype dtype, int64_t batch, int64_t seq, int64_t q_heads, int64_t k_heads,
+                            int64_t head_dim, GuardedBytes::Flush flush = GuardedBytes::Flush::End);
 
 // --- fills -------------------------------------------------------------------------------------
 /// Uniform values in [-1, 1) rounded to the dtype (deterministic for a seeded engine).

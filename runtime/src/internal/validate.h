@@ -51,7 +51,8 @@ ByteRange byte_range(const rope_tensor &t);
 bool token_lattice_meets(int64_t sb, int64_t nb, int64_t ss, int64_t ns, int64_t lo, int64_t hi);
 
 /// The axes (batch, seq, heads) along which the dispatcher runs a call slice by slice (a CUDA
-/// call may need more, for its 32-bit spans): a stride on them, a tensor's or the position table's, exceeds Halide's int32 strides.
+/// call may need more, for its 32-bit spans): a stride on them, a tensor's, the position table's
+/// or that of the cos/sin table a CPU kernel builds, exceeds Halide's int32 strides.
 struct SlicedAxes {
     bool axis[3];
 };

@@ -84,6 +84,19 @@ class Binding(unittest.TestCase):
                 self.assertIn(message, str(raised.exception))
                 np.testing.assert_array_equal(q, before)
 
+    def test_gpt_neox_fused_qkv_rotates_q_and_k_in_place(self):
+        # GPT-NeoX's fused projection [batch, seq, heads, 3 * D]: q, k and v are lane slices of every
+        # head, interleaved within each token; v stays as it was.
+        qkv = torch.from_numpy(self.rng.uniform(-1, 1, (2, 5, 4, 3 * 64)).astype(np.float32))
+        before = qkv.numpy().copy()
+        q, k = qkv[..., :64], qkv[..., 64:128]
+        positions = torch.arange(10, dtype=torch.int64).reshape(2, 5) * 3
+        ropegen.rope(q, k, positions=positions, source="precise")
+        for part in (0, 1):
+            want = reference_half(before[..., part * 64:(part + 1) * 64], positions.numpy())
+            np.testing.assert_allclose(qkv.numpy()[..., part * 64:(part + 1) * 64], want, atol=2e-6, rtol=0)
+        np.testing.assert_array_equal(qkv.numpy()[..., 128:], before[..., 128:])
+
     def test_attn_factor_scales_cos_and_sin(self):
         q = self.rng.uniform(-1, 1, (1, 4, 2, 64)).astype(np.float32)
         before = q.copy()

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -955,6 +956,81 @@ TEST(ValidationSelfOverlap, AnAcceptedOutputWritesEachElementOnce) {
     }
     EXPECT_GT(accepted, 1000);  // both verdicts are exercised
     EXPECT_GT(rejected, 1000);
+}
+
+// An output and an input of one buffer (q_out and q): on small random views whose heads sit in
+// slots of one stride, interleaved within tokens (GPT-NeoX's fused QKV) or not, with token strides
+// that are multiples of that stride or not, an accepted pair shares no element (a walk over all of
+// them), and a pair whose lanes lie apart in every slot is accepted.
+TEST(ValidationPairOverlap, AnAcceptedOutputSharesNoElementWithAnInput) {
+    std::mt19937_64 random(20261130);
+    const auto draw = [&](int64_t low, int64_t high) {
+        return std::uniform_int_distribution<int64_t>(low, high)(random);
+    };
+    constexpr int64_t kBase = 512;  // both views start here or within 3 slots of it
+    std::vector<float> memory(4096);
+    int accepted = 0, rejected = 0, lanes_apart = 0;
+    for (int i = 0; i < 20000; i++) {
+        const int64_t lanes = 2 * draw(1, 3), slot = lanes + draw(0, 2 * lanes), delta = draw(-3 * slot, 3 * slot);
+        const int64_t sizes[4] = {draw(1, 3), draw(1, 3), draw(1, 3), lanes};
+        // Token strides over the heads' slots: one more slot now and then, one element more sometimes.
+        const auto strides_of = [&]() -> std::array<int64_t, 4> {
+            const int64_t seq = slot * (sizes[2] + draw(0, 1)) + (draw(0, 7) == 0 ? 1 : 0);
+            return {seq * sizes[1] + slot * draw(0, 1), seq, slot, 1};
+        };
+        const std::array<int64_t, 4> out_strides = strides_of(), in_strides = draw(0, 1) ? out_strides : strides_of();
+        const auto elements = [&](int64_t start, const std::array<int64_t, 4> &strides) {
+            std::vector<int64_t> at;
+            for (int64_t b = 0; b < sizes[0]; b++)
+                for (int64_t s = 0; s < sizes[1]; s++)
+                    for (int64_t h = 0; h < sizes[2]; h++)
+                        for (int64_t l = 0; l < sizes[3]; l++)
+                            at.push_back(start + b * strides[0] + s * strides[1] + h * strides[2] + l);
+            std::sort(at.begin(), at.end());
+            return at;
+        };
+        const std::vector<int64_t> out = elements(kBase + delta, out_strides), in = elements(kBase, in_strides);
+        std::vector<int64_t> shared;
+        std::set_intersection(out.begin(), out.end(), in.begin(), in.end(), std::back_inserter(shared));
+        rope_params p = rope_params_init();
+        p.q.data = memory.data() + kBase;
+        p.q_out.data = memory.data() + kBase + delta;
+        for (int axis = 0; axis < 4; axis++) {
+            p.q.sizes[axis] = p.q_out.sizes[axis] = sizes[axis];
+            p.q.strides[axis] = in_strides[axis];
+            p.q_out.strides[axis] = out_strides[axis];
+        }
+        p.angles.source = ROPE_SOURCE_PRECISE;  // no tables; positions are the scalar offset 0 + s
+        rope_report report = rope_report_init();
+        const rope_status status = rope_query(&p, &report);
+        const auto text = [](const std::array<int64_t, 4> &strides) {
+            return "[" + std::to_string(strides[0]) + ", " + std::to_string(strides[1]) + ", " + std::to_string(strides[2]) + ", 1]";
+        };
+        const std::string context = "sizes [" + std::to_string(sizes[0]) + ", " + std::to_string(sizes[1]) + ", " +
+                                    std::to_string(sizes[2]) + ", " + std::to_string(lanes) + "], q_out " +
+                                    std::to_string(delta) + " elements after q, strides " + text(out_strides) + " and " +
+                                    text(in_strides) + ": " + report.message;
+        const bool out_once = std::adjacent_find(out.begin(), out.end()) == out.end();
+        const int64_t r = (delta % slot + slot) % slot;
+        const bool steps_in_slots = std::all_of(out_strides.begin(), out_strides.end() - 1, [&](int64_t v) { return v % slot == 0; }) &&
+                                    std::all_of(in_strides.begin(), in_strides.end() - 1, [&](int64_t v) { return v % slot == 0; });
+        // In place: the same elements (strides along axes of one item may differ).
+        const bool in_place = delta == 0 && out == in && out_once;
+        if (status == ROPE_OK || status == ROPE_ERR_UNSUPPORTED) {
+            ASSERT_TRUE((shared.empty() || in_place) && out_once) << context;
+            accepted++;
+        } else {
+            ASSERT_EQ(status, ROPE_ERR_OVERLAP) << context;
+            rejected++;
+        }
+        if (out_once && delta != 0 && steps_in_slots && lanes <= r && lanes <= slot - r) {
+            ASSERT_NE(status, ROPE_ERR_OVERLAP) << "lanes apart in every slot: " << context;
+            lanes_apart++;
+        }
+    }
+    EXPECT_GT(accepted, 2000);  // every verdict is exercised
+    EXPECT_GT(rejected, 2000);
+    EXPECT_GT(lanes_apart, 500);
 }
 
 // --- enums ---------------------------------------------------------------------------------------

@@ -268,7 +268,12 @@ void run_parts(int parts, Task &&task) {
 // (rope_set_parallel_runner), as an engine runs them: kernels and baselines pay the same wake-up,
 // and a small call (a decode step) may use every thread, which the library's own pool, whose
 // workers sleep, does not do below 4 MiB.
+std::atomic<int> g_most_parts{0};  // the most tasks one loop handed to the pool since its reset
+
 int run_on_pool(void *, int (*task)(void *task_context, int index), void *task_context, int count) {
+    for (int seen = g_most_parts.load(std::memory_order_relaxed);
+         count > seen && !g_most_parts.compare_exchange_weak(seen, count, std::memory_order_relaxed);) {
+    }
     std::atomic<int> first_error{0};
     auto part = [&](int index) {
         if (const int result = task(task_context, index)) {
@@ -278,6 +283,19 @@ int run_on_pool(void *, int (*task)(void *task_context, int index), void *task_c
     };
     pool().run(count, part);
     return first_error.load();
+}
+
+// The threads a call of the library runs on, at most `threads`: the most tasks one of its loops
+// hands the pool, or 1 when none does (a one-token call runs on the calling thread). The
+// baselines of its row split their work into as many parts, so that both sides of a ratio run
+// on the same threads: a decode step runs one part per thread that divides its batch, and a
+// memcpy of a one-token call split over two threads would pay the pool's hand-off the call
+// never pays.
+template <typename Call>
+int threads_used(Call &&call, int threads) {
+    g_most_parts.store(0, std::memory_order_relaxed);
+    call();
+    return std::clamp(g_most_parts.load(std::memory_order_relaxed), 1, threads);
 }
 
 // A copy baseline: how it moves bytes, and whether it writes them back where they lie.
@@ -528,13 +546,14 @@ void bm_scalar(benchmark::State &state, const Case &c, bool in_place) {
     }
     const ScalarRopeArgs args = scalar_args(*ws, c.style->style, in_place);
     const int64_t tokens = ws->tokens();
-    scalar_qk(args, tokens, c.threads);
+    const int threads = static_cast<int>(std::clamp<int64_t>(tokens, 1, c.threads));  // as scalar_qk splits them
+    scalar_qk(args, tokens, threads);
     for (auto _ : state) {
-        scalar_qk(args, tokens, c.threads);
+        scalar_qk(args, tokens, threads);
         benchmark::ClobberMemory();
     }
-    set_counters(state, *ws, c.threads);
-    set_paired_ratios(state, [&] { scalar_qk(args, tokens, c.threads); }, {memcpy_baseline(*ws, c.threads)});
+    set_counters(state, *ws, threads);
+    set_paired_ratios(state, [&] { scalar_qk(args, tokens, threads); }, {memcpy_baseline(*ws, threads)});
 }
 
 // How a row calls the library: rope_dispatch at every call, or a plan (rope_plan_create once,
@@ -561,13 +580,14 @@ void bm_rope(benchmark::State &state, const Case &c, bool in_place, Entry entry 
         return;
     }
     state.SetLabel(report.kernel);
-    std::vector<Baseline> baselines{memcpy_baseline(*ws, c.threads)};
+    const int threads = threads_used([&params] { rope_dispatch(&params, nullptr); }, c.threads);
+    std::vector<Baseline> baselines{memcpy_baseline(*ws, threads)};
     if (in_place) {  // the floor in place: every byte of q and k read and written back
-        baselines.push_back({"rewrite_ratio", [ws, threads = c.threads] { copy_qk(*ws, threads, kRewrite); }});
+        baselines.push_back({"rewrite_ratio", [ws, threads] { copy_qk(*ws, threads, kRewrite); }});
     }
     if (c.source->source == ROPE_SOURCE_CACHE && scalar_unusable(*ws, c, in_place).empty()) {
         baselines.push_back({"scalar_ratio", [args = scalar_args(*ws, c.style->style, in_place), tokens = ws->tokens(),
-                                              threads = c.threads] { scalar_qk(args, tokens, threads); }});
+                                              threads] { scalar_qk(args, tokens, threads); }});
     }
     // The targets that compare the library with itself, paired too: the interleaved style with
     // the half style, a computed source with the cache, bf16 with f32 (same case otherwise, out
@@ -621,7 +641,7 @@ void bm_rope(benchmark::State &state, const Case &c, bool in_place, Entry entry 
     if (state.error_occurred()) {
         return;
     }
-    set_counters(state, *ws, c.threads);
+    set_counters(state, *ws, threads);
     // The same call as the timed loop's, which succeeded on every iteration.
     set_paired_ratios(state, [&call] { call(nullptr); }, baselines);
     if (!f32_partner.empty()) {

@@ -124,9 +124,7 @@ std::string spec_message(const std::string &message, rope_status status, int64_t
 }
 
 rope_status build_cos_sin_cache(const rope_cache_spec *spec, rope_report *report) {
-    if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
-        *report = rope_report_init();
-    }
+    clear_report(report);
     if (const rope_status status = check(spec, report); status != ROPE_OK) {
         return status;
     }

@@ -108,14 +108,6 @@ rope_status finish(rope_report *report, rope_status status, std::string_view mes
     return status;
 }
 
-void clear_report(rope_report *report) {
-    if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
-        report->status = ROPE_OK;
-        report->message[0] = '\0';
-        report->kernel[0] = '\0';
-    }
-}
-
 rope_status begin(const rope_params *params, rope_report *report, ValidCall *call, PositionRule *position_rule = nullptr) {
     ensure_initialized();
     clear_report(report);
@@ -321,19 +313,18 @@ void narrow_axis(ValidCall *call, int axis, int64_t start, int64_t length) {
     }
 }
 
-// Runs a call on its own context: the threads call_threads gives it, its own scratch.
-rope_status run_alone(const KernelEntry &kernel, const ValidCall &call, const CudaTarget &cuda, rope_report *report) {
-    CallContext context(report, call_threads(call));
-    return run(kernel, call, cuda, report, context);
-}
-
 // A varlen (THD) call: one kernel call over every packed token when no value depends on the
 // sequence (a position per token, no per-sequence scaling), else one per non-empty sequence, as a
 // [1, length] call with its own positions: no work for the padding a dense batch would need.
-rope_status run_varlen(const KernelEntry &kernel, const ValidCall &call, const CudaTarget &cuda, rope_report *report) {
+// `threads`: what call_threads gave the whole call (a plan's, when it was made); 1 keeps every
+// sequence on the calling thread, else each takes what call_threads gives it.
+rope_status run_varlen(const KernelEntry &kernel, const ValidCall &call, int threads, const CudaTarget &cuda,
+                       rope_report *report) {
     const rope_params &p = call.params;
+    const auto sequence_threads = [threads](const ValidCall &sequence) { return threads == 1 ? 1 : call_threads(sequence); };
     if (p.positions.kind == ROPE_POSITIONS_TABLE && !per_sequence_scaling(p)) {
-        return run_alone(kernel, call, cuda, report);
+        CallContext context(report, threads);
+        return run(kernel, call, cuda, report, context);
     }
     // One reservation, the longest sequence's, before any sequence runs: an allocation that
     // fails then leaves every output as it was.
@@ -345,7 +336,7 @@ rope_status run_varlen(const KernelEntry &kernel, const ValidCall &call, const C
     // on the calling thread, so a worker that cannot start for a later one fails the call here.
     ValidCall longest_sequence = call;
     narrow_axis(&longest_sequence, 1, 0, longest);
-    CallContext context(report, call_threads(longest_sequence));
+    CallContext context(report, sequence_threads(longest_sequence));
     if (const size_t scratch = kernel_scratch_bytes(call, 1, longest); !context.reserve_scratch(scratch)) {
         return finish(report, ROPE_ERR_INTERNAL, scratch_failure(kernel, scratch));
     }
@@ -367,7 +358,7 @@ rope_status run_varlen(const KernelEntry &kernel, const ValidCall &call, const C
                                        : static_cast<const int32_t *>(pos.data)[b * pos.strides[0]];
             pos.data = nullptr;
         }
-        context.num_threads = call_threads(part);
+        context.num_threads = sequence_threads(part);
         if (const rope_status status = run(kernel, part, cuda, report, context); status != ROPE_OK) {
             const std::string message = report != nullptr && report->struct_size >= sizeof(rope_report) ? report->message : "";
             return finish(report, status,
@@ -528,8 +519,10 @@ struct ReadyCall {
     int64_t scalar_position = 0;
 };
 
-// `threads`: what call_threads gives the call (a plan's, as it was when the plan was made).
-void prepare_call(const KernelEntry &kernel, int threads, ReadyCall *ready) {
+// `threads`: what call_threads gives the call (a plan's, as it was when the plan was made);
+// `fold_threads`: the threads a decode step is split for, as `threads` (0: the library's count
+// now) or, for a plan, that count as it was when the plan was made.
+void prepare_call(const KernelEntry &kernel, int threads, int fold_threads, ReadyCall *ready) {
     ValidCall &call = *ready->call;
     const rope_params &p = call.params;
     if (p.q.sizes[0] == 0 || p.q.sizes[1] == 0 || (p.q.sizes[2] == 0 && (!call.has_k || p.k.sizes[2] == 0))) {
@@ -538,7 +531,7 @@ void prepare_call(const KernelEntry &kernel, int threads, ReadyCall *ready) {
     }
     use_cached_inv_freq(kernel, call);
     ready->threads = threads;
-    ready->decode_parts = foldable_decode_step(p) && fold_decode_batch(&call, ready->threads, &ready->scalar_position) &&
+    ready->decode_parts = foldable_decode_step(p) && fold_decode_batch(&call, fold_threads, &ready->scalar_position) &&
                           p.q.sizes[0] > 1;
 }
 
@@ -551,7 +544,7 @@ rope_status run_ready(const KernelEntry &kernel, const ReadyCall &ready, const C
         return finish(report, ROPE_OK, "");
     }
     if (call.params.varlen.cu_seqlens != nullptr) {
-        return run_varlen(kernel, call, cuda, report);
+        return run_varlen(kernel, call, ready.threads, cuda, report);
     }
     if (ready.decode_parts) {
         return run_decode_parts(kernel, call, ready.threads, report, built);
@@ -571,7 +564,8 @@ rope_status run_ready(const KernelEntry &kernel, const ReadyCall &ready, const C
 // does not read again), not in a copy of the whole call.
 rope_status run_call(const KernelEntry &kernel, ValidCall &call, const CudaTarget &cuda, rope_report *report) {
     ReadyCall ready(&call);
-    prepare_call(kernel, call_threads(call), &ready);
+    const int threads = call_threads(call);
+    prepare_call(kernel, threads, threads, &ready);
     return run_ready(kernel, ready, cuda, report);
 }
 
@@ -694,7 +688,8 @@ struct rope_plan {
     ropegen::PositionRule position_rule;
     bool validate_every_run = false;  // validation reads more than positions (validation_reads_positions_only)
     const ropegen::KernelEntry *kernel = nullptr;
-    int threads = 1;  // call_threads when the plan was made
+    int threads = 1;       // call_threads when the plan was made
+    int fold_threads = 1;  // the threads a decode step is split for, resolved then (prepare_call)
     ropegen::ValidCall ready_call;  // `validated` made ready for `kernel`, unless validate_every_run
     ropegen::ReadyCall ready{&ready_call};
     // The kernel's arguments (one per part of a decode step, else one, all sharing `shared`),
@@ -729,10 +724,12 @@ rope_status create_plan(const rope_params *params, rope_plan **out, rope_report 
         return finish(report, ROPE_ERR_UNSUPPORTED, no_kernel_message(target));
     }
     plan->threads = call_threads(plan->validated);
+    plan->fold_threads = plan->threads == 0 && foldable_decode_step(plan->validated.params) ? library_threads()
+                                                                                             : plan->threads;
     plan->validate_every_run = !validation_reads_positions_only(plan->validated.params);
     if (!plan->validate_every_run) {
         plan->ready_call = plan->validated;
-        prepare_call(*plan->kernel, plan->threads, &plan->ready);
+        prepare_call(*plan->kernel, plan->threads, plan->fold_threads, &plan->ready);
         if (!plan->ready.nothing_to_rotate && unsliced(plan->ready_call)) {
             plan->shared.emplace(shared_args(plan->ready_call, unused_input()));
             const int64_t batch = plan->ready_call.params.q.sizes[0];
@@ -770,7 +767,7 @@ rope_status run_plan(const rope_plan *plan, rope_report *report) {
         }
         set_report_kernel(report, plan->kernel->name);
         ReadyCall ready(&call);
-        prepare_call(*plan->kernel, plan->threads, &ready);
+        prepare_call(*plan->kernel, plan->threads, plan->fold_threads, &ready);
         return run_ready(*plan->kernel, ready, cuda, report);
     }
     clear_report(report);

@@ -286,6 +286,21 @@ TEST(CacheBuilderValidation, NullSpecIsRefusedWithItsMessage) {
     EXPECT_STREQ(report.message, "spec is NULL; rope_build_cos_sin_cache needs a rope_cache_spec");
 }
 
+// A report of a caller built against a newer header (a larger struct_size, fields this library
+// does not know): the builder writes its status and message and keeps the size and what follows,
+// as rope_dispatch does.
+TEST(CacheBuilderValidation, ANewerCallersReportKeepsItsSize) {
+    struct NewerReport {
+        rope_report known;
+        uint64_t later_field;
+    } newer{rope_report_init(), 0x5eed};
+    newer.known.struct_size = sizeof(NewerReport);
+    EXPECT_EQ(rope_build_cos_sin_cache(nullptr, &newer.known), ROPE_ERR_NULL_POINTER);
+    EXPECT_EQ(newer.known.struct_size, sizeof(NewerReport));
+    EXPECT_EQ(newer.known.status, ROPE_ERR_NULL_POINTER);
+    EXPECT_EQ(newer.later_field, 0x5eedu);
+}
+
 // Both tables in one buffer, rows of R/2 values every 8 elements, sin_cache `distance` elements
 // after cos_cache (before it when negative).
 struct SharedBuffer {

@@ -17,8 +17,6 @@
 namespace ropegen::test {
 namespace {
 
-using PlanPtr = std::unique_ptr<rope_plan, void (*)(rope_plan *)>;
-
 // The kernel rope_dispatch would run: what a plan's report must name.
 std::string queried_kernel(const CaseSpec &spec) {
     RopeCall call(spec);

@@ -674,6 +674,64 @@ TEST(DecodeBatch, SmallCallRunsOnTheEnginesPoolInParts) {
     EXPECT_TRUE(engine.check_outputs());
 }
 
+// A plan fixes whether its call may leave the calling thread (rope.h): a varlen plan of a small
+// call, made with no runner, keeps its sequences on the calling thread once a runner is set, as a
+// dense plan does. rope_dispatch of the call, deciding anew, hands them to the runner.
+TEST(PlanThreads, AVarlenPlanKeepsItsSequencesWhereItWasMade) {
+    // 1000 tokens of 3 heads (768 KB, a call the library's pool would not take): sequences long
+    // enough for loops of several tasks.
+    VarlenCompatCall call({0, 100, 100, 400, 1000}, {7, 900, 0, 250}, 3, 64, 0);
+    rope_report report = rope_report_init();
+    if (rope_query(&call.params, &report) != ROPE_OK) {
+        GTEST_SKIP() << report.message;
+    }
+    rope_plan *made = nullptr;
+    ASSERT_EQ(rope_plan_create(&call.params, &made, &report), ROPE_OK) << report.message;
+    const PlanPtr plan(made, rope_plan_destroy);
+    CountingPool pool;
+    rope_set_parallel_runner(&CountingPool::run, &pool);
+    const rope_status planned = rope_plan_run(plan.get(), &report);
+    const int plan_loops = pool.loops.load();
+    const rope_status dispatched = rope_dispatch(&call.params, nullptr);
+    rope_set_parallel_runner(nullptr, nullptr);
+    ASSERT_EQ(planned, ROPE_OK) << report.message;
+    ASSERT_EQ(dispatched, ROPE_OK);
+    EXPECT_EQ(plan_loops, 0) << "the plan was made to run on the calling thread";
+    EXPECT_GT(pool.loops.load(), 0) << "rope_dispatch, with the runner set, hands the sequences' loops to it";
+}
+
+// A plan fixes how a decode step is split (rope.h), also when it is validated whole at every run
+// (INV_FREQ scaling reads a table): parts for the thread count when it was made, whatever
+// rope_set_num_threads says at the run.
+TEST(PlanThreads, APlanValidatedAtEveryRunKeepsItsDecodeParts) {
+    CaseSpec c;
+    c.batch = 8, c.seq = 1, c.q_heads = 4, c.k_heads = 2, c.head_dim = 64;
+    c.source = ROPE_SOURCE_COMPAT;
+    c.positions = random_table(c, 0, 5000, ROPE_INDEX_INT32, 5);
+    c.positions.mode = PositionMode::BatchOffsets;
+    ROPEGEN_SKIP_UNLESS_BUILT(c.style, c.source, c.dtype, c.head_dim);
+    RopeCall call(c);
+    std::vector<float> inv_freq(static_cast<size_t>(c.head_dim / 2), 0.01f);
+    rope_params params = call.params();
+    params.num_threads = 0;
+    params.scaling.type = ROPE_SCALING_INV_FREQ;
+    params.scaling.inv_freq = inv_freq.data();
+    CountingPool pool;
+    rope_set_parallel_runner(&CountingPool::run, &pool);
+    ASSERT_EQ(rope_set_num_threads(2), ROPE_OK);
+    rope_plan *made = nullptr;
+    rope_report report = rope_report_init();
+    const rope_status created = rope_plan_create(&params, &made, &report);
+    const PlanPtr plan(made, rope_plan_destroy);
+    rope_set_num_threads(4);
+    const rope_status ran = created == ROPE_OK ? rope_plan_run(plan.get(), &report) : created;
+    rope_set_parallel_runner(nullptr, nullptr);
+    rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    ASSERT_EQ(ran, ROPE_OK) << report.message;
+    EXPECT_EQ(pool.loops.load(), 1) << "a decode step reaches the runner as one loop";
+    EXPECT_EQ(pool.tasks.load(), 2) << "a part per thread of the count when the plan was made";
+}
+
 // A parallel loop of a kernel may start at any index: every way of running it (the calling
 // thread, the library's pool, a loop spread over fewer tasks than iterations, an engine's runner)
 // runs each of the iterations [min, min + extent) once, and no other.

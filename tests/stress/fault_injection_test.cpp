@@ -482,37 +482,6 @@ TEST_F(FaultTest, APartBorrowsItsOwnSliceOfTheReservation) {
     EXPECT_EQ(second.take_scratch(1), nullptr) << "the slice holds its own blocks only";
 }
 
-// A packed (THD) f32 call of the compat source, q only: q = 0.5 and q_out = -7 everywhere, an
-// offset per sequence, which makes the dispatcher run a kernel per sequence.
-struct VarlenCompatCall {
-    static constexpr float kUnwritten = -7.0f;
-
-    VarlenCompatCall(std::vector<int32_t> cu_seqlens_, std::vector<int32_t> offsets_, int64_t heads, int64_t head_dim,
-                     int32_t num_threads)
-        : cu_seqlens(std::move(cu_seqlens_)), offsets(std::move(offsets_)) {
-        const int64_t tokens = cu_seqlens.back();
-        q.assign(static_cast<size_t>(tokens * heads * head_dim), 0.5f);
-        out.assign(q.size(), kUnwritten);
-        params.q = rope_tensor{q.data(), ROPE_DTYPE_F32, {1, tokens, heads, head_dim}, {tokens * heads * head_dim, heads * head_dim, head_dim, 1}};
-        params.q_out = params.q;
-        params.q_out.data = out.data();
-        params.angles.source = ROPE_SOURCE_COMPAT;
-        params.positions.kind = ROPE_POSITIONS_OFFSET;
-        params.positions.data = offsets.data();
-        params.positions.strides[0] = 1;
-        params.varlen.cu_seqlens = cu_seqlens.data();
-        params.varlen.num_seqs = static_cast<int64_t>(offsets.size());
-        params.num_threads = num_threads;
-    }
-    void clear_output() {
-        std::fill(out.begin(), out.end(), kUnwritten);
-    }
-
-    std::vector<int32_t> cu_seqlens, offsets;
-    std::vector<float> q, out;
-    rope_params params = rope_params_init();
-};
-
 // A varlen call whose values depend on the sequence runs a kernel per sequence; its scratch, the
 // longest sequence's, is still reserved once, before the first: a failure writes no sequence.
 TEST_F(FaultTest, AVarlenCallReservesItsScratchOnceBeforeAnySequence) {

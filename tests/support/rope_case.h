@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -192,6 +193,40 @@ Runner dispatch_runner();
 
 /// A plan of the call (rope_plan_create), run once.
 Runner plan_runner();
+
+/// A plan that rope_plan_destroy frees.
+using PlanPtr = std::unique_ptr<rope_plan, void (*)(rope_plan *)>;
+
+/// A packed (THD) f32 call of the compat source, q only: q = 0.5 and q_out = -7 everywhere, an
+/// offset per sequence, which makes the dispatcher run a kernel per sequence.
+struct VarlenCompatCall {
+    static constexpr float kUnwritten = -7.0f;
+
+    VarlenCompatCall(std::vector<int32_t> cu_seqlens_, std::vector<int32_t> offsets_, int64_t heads, int64_t head_dim,
+                     int32_t num_threads)
+        : cu_seqlens(std::move(cu_seqlens_)), offsets(std::move(offsets_)) {
+        const int64_t tokens = cu_seqlens.back();
+        q.assign(static_cast<size_t>(tokens * heads * head_dim), 0.5f);
+        out.assign(q.size(), kUnwritten);
+        params.q = rope_tensor{q.data(), ROPE_DTYPE_F32, {1, tokens, heads, head_dim}, {tokens * heads * head_dim, heads * head_dim, head_dim, 1}};
+        params.q_out = params.q;
+        params.q_out.data = out.data();
+        params.angles.source = ROPE_SOURCE_COMPAT;
+        params.positions.kind = ROPE_POSITIONS_OFFSET;
+        params.positions.data = offsets.data();
+        params.positions.strides[0] = 1;
+        params.varlen.cu_seqlens = cu_seqlens.data();
+        params.varlen.num_seqs = static_cast<int64_t>(offsets.size());
+        params.num_threads = num_threads;
+    }
+    void clear_output() {
+        std::fill(out.begin(), out.end(), kUnwritten);
+    }
+
+    std::vector<int32_t> cu_seqlens, offsets;
+    std::vector<float> q, out;
+    rope_params params = rope_params_init();
+};
 
 /// A CaseSpec of random positions in [low, high) for every token.
 PositionsSpec random_table(const CaseSpec &spec, int64_t low, int64_t high, rope_index_type index_type, uint64_t seed);

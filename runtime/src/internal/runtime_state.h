@@ -132,6 +132,10 @@ rope_isa usable_isa();
 /// Writes `message`, then `more`, into `report` (when given), truncated to fit; allocates nothing.
 void set_report_message(rope_report *report, std::string_view message, std::string_view more = {}) noexcept;
 
+/// Resets `report` (when given and large enough) to ROPE_OK with an empty message and kernel,
+/// keeping its struct_size (a newer caller's may be larger).
+void clear_report(rope_report *report) noexcept;
+
 /// Sets `report`'s status and message (when given) and returns the status; allocates nothing.
 rope_status report_status(rope_report *report, rope_status status, std::string_view message) noexcept;
 

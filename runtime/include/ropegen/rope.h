@@ -299,8 +299,9 @@ typedef struct rope_params {
     /**
      * THD (CPU): positions.kind ROPE_POSITIONS_TABLE gives one position per packed token
      * ([1][total_tokens]); ROPE_POSITIONS_OFFSET gives position offset[b] + (t - cu_seqlens[b])
-     * with one offset per sequence in positions.data (strides[0]), or the scalar offset for all.
-     * DYNAMIC and LONGROPE take each sequence's own length.
+     * with one offset per sequence in positions.data (strides[0]), or the scalar offset for all;
+     * an empty sequence's offset is validated as one token's position. DYNAMIC and LONGROPE
+     * take each sequence's own length.
      */
     rope_varlen varlen;
 } rope_params;

@@ -403,7 +403,8 @@ int main(int argc, char **argv) {
         ->Iterations(kIterations)
         ->Unit(benchmark::kMicrosecond);
     benchmark::Initialize(&argc, argv);
-    benchmark::RunSpecifiedBenchmarks();
+    // A filter that matches no row is an error: a renamed row must not leave bench.CudaSmoke empty.
+    const size_t rows = benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
-    return 0;
+    return rows > 0 ? 0 : 1;
 }

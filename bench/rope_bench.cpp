@@ -870,7 +870,8 @@ int main(int argc, char **argv) {
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
         return 1;
     }
-    benchmark::RunSpecifiedBenchmarks();
+    // A filter that matches no row is an error: a renamed row must not leave bench.Smoke empty.
+    const size_t rows = benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
-    return 0;
+    return rows > 0 ? 0 : 1;
 }

@@ -376,6 +376,12 @@ TEST(KernelChoice, EveryKeyPicksItsKernel) {
                     }
                     ASSERT_EQ(rope_query(&p, &report), ROPE_OK) << report.message;
                     EXPECT_STREQ(report.kernel, expected->name);
+                    // first_matching_kernel shares kernel_matches with the library: the key is
+                    // checked here on its own.
+                    EXPECT_EQ(expected->style, style);
+                    EXPECT_EQ(expected->source, source);
+                    EXPECT_EQ(expected->dtype, dtype);
+                    EXPECT_TRUE(expected->head_dim == 0 || expected->head_dim == head_dim) << expected->name;
                 }
             }
         }

@@ -261,8 +261,21 @@ TEST_P(KernelTest, CacheTables) {
     if (kernel().head_dim == 0) {
         c.rotary_dim = static_cast<int>(c.head_dim) / 2;
     }
-    // Computed sources ignore the cache fields; the call must still be right.
     expect_ok(c);
+    if (kernel().source != ROPE_SOURCE_CACHE && pair_words_fit(kernel(), RopeCall(c).params())) {
+        // A computed source ignores the cache fields: tables of NaN, another dtype and a short
+        // length change nothing.
+        static const float nan_table[4] = {NAN, NAN, NAN, NAN};
+        const KernelEntry &k = kernel();
+        expect_correct(c, [&k](const rope_params *params, rope_report *report) {
+            rope_params p = *params;
+            p.angles.cos_cache = p.angles.sin_cache = nan_table;
+            p.angles.cache_dtype = ROPE_DTYPE_BF16;
+            p.angles.cache_len = 1;
+            p.angles.cache_row_stride = 2;
+            return run_kernel(k, &p, report);
+        }, k.name);
+    }
     if (kernel().dtype != ROPE_DTYPE_F32) {
         c.cache_in_dtype = true;
         for (rope_direction direction : {ROPE_FORWARD, ROPE_INVERSE}) {

@@ -46,8 +46,11 @@ protected:
         return c;
     }
 
+    /// Runs the call and checks it against the oracle too: a kernel that copied its input would
+    /// keep norms, dot products and round trips, and pass the properties alone.
     static void run_ok(RopeCall &call) {
         ASSERT_EQ(call.run(dispatch_runner()), ROPE_OK) << call.report().message;
+        EXPECT_TRUE(call.check_outputs());
     }
 };
 
@@ -178,7 +181,7 @@ TEST_P(PropertyTest, LanesOutsideTheSliceAreCopied) {
         c.positions = random_table(c, 0, 1000, ROPE_INDEX_INT32, 13);
         RopeCall call(c);
         const rope_status status = call.run(dispatch_runner());
-        if (status == ROPE_ERR_UNSUPPORTED) {
+        if (status == ROPE_ERR_UNSUPPORTED && !missing_kernel_reason(call.params()).empty()) {
             continue;  // this build has no kernel of that dtype (ROPEGEN_DTYPES)
         }
         ASSERT_EQ(status, ROPE_OK) << call.report().message;

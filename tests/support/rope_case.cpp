@@ -308,6 +308,21 @@ void RopeCall::snapshot() {
     for (const Tensor *t : {&q, &k, &q_out, &k_out, &v}) {
         before_.add(*t);
     }
+    tables_before_.clear();
+    for (const GuardedBytes *table : {&positions_table_, &cos_table_, &sin_table_, &short_factor_, &long_factor_, &inv_freq_}) {
+        tables_before_.emplace_back(table, std::vector<uint8_t>(table->begin(), table->end()));
+    }
+}
+
+::testing::AssertionResult RopeCall::tables_unchanged() const {
+    const char *const names[] = {"positions", "cos", "sin", "short_factor", "long_factor", "inv_freq"};
+    for (size_t i = 0; i < tables_before_.size(); i++) {
+        const auto &[table, bytes] = tables_before_[i];
+        if (!std::equal(bytes.begin(), bytes.end(), table->begin(), table->end())) {
+            return ::testing::AssertionFailure() << "the call wrote its " << names[i] << " table, which it only reads";
+        }
+    }
+    return ::testing::AssertionSuccess();
 }
 
 rope_params RopeCall::params() const {
@@ -452,10 +467,16 @@ std::vector<double> RopeCall::reference_head(bool is_k, int64_t b, int64_t s, in
 }
 
 ::testing::AssertionResult RopeCall::check_untouched_outside_outputs() const {
+    if (::testing::AssertionResult tables = tables_unchanged(); !tables) {
+        return tables;
+    }
     return before_.unchanged_outside({&q_out, &k_out});
 }
 
 ::testing::AssertionResult RopeCall::check_all_unchanged() const {
+    if (::testing::AssertionResult tables = tables_unchanged(); !tables) {
+        return tables;
+    }
     return before_.unchanged();
 }
 

@@ -150,9 +150,9 @@ public:
 
     /// Every output element against the oracle (spec §7); lanes outside the rotary slice bit-exact.
     ::testing::AssertionResult check_outputs() const;
-    /// No byte outside q_out/k_out changed (inputs, padding, v of a packed buffer).
+    /// No byte outside q_out/k_out changed (inputs, padding, v of a packed buffer, the tables).
     ::testing::AssertionResult check_untouched_outside_outputs() const;
-    /// No byte of any buffer changed (after a failed call).
+    /// No byte of any buffer or table changed (after a failed call).
     ::testing::AssertionResult check_all_unchanged() const;
 
     Tensor q, k, q_out, k_out;  ///< what the call sees (k empty when k_heads == 0)
@@ -174,6 +174,9 @@ private:
     GuardedBytes cos_table_, sin_table_;  ///< what the call reads: cache_ up to the last row's R/2 values
     GuardedBytes short_factor_, long_factor_, inv_freq_;  ///< the scaling's tables: R/2 values each
     Snapshot before_;
+    /// The tables the call only reads (positions, cos/sin, the scaling's), as they were.
+    std::vector<std::pair<const GuardedBytes *, std::vector<uint8_t>>> tables_before_;
+    ::testing::AssertionResult tables_unchanged() const;
     rope_report report_ = rope_report_init();
 };
 

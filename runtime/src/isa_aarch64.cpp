@@ -42,7 +42,10 @@ rope_isa detect_isa() {
     if (!has_all(hwcap, kHwcapFp | kHwcapAsimd)) {
         return ROPE_ISA_NONE;
     }
-    // The neon_fp16 kernels are compiled with +fullfp16 (Halide's arm_fp16), which uses both.
+    // The neon_fp16 kernels are compiled with Halide's arm_fp16 (+fullfp16), which lets LLVM use
+    // FP16 arithmetic. Today they compute in f32 and convert with fcvtl/fcvtn (ARMv8.0 AdvSIMD,
+    // which Halide emits only for arm_fp16); the level still needs both bits, so that a kernel
+    // that ever computes in f16 cannot meet a CPU without them.
     return has_all(hwcap, kHwcapFphp | kHwcapAsimdhp) ? ROPE_ISA_NEON_FP16 : ROPE_ISA_NEON;
 }
 

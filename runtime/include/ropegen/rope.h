@@ -136,8 +136,9 @@ typedef enum rope_isa {
     ROPE_ISA_AVX2 = 2,        /**< x86-64: AVX2 + FMA + F16C */
     ROPE_ISA_AVX512 = 3,      /**< x86-64: AVX-512 F/CD/BW/DQ/VL */
     ROPE_ISA_NEON = 16,       /**< aarch64 Advanced SIMD, ARMv8.0-A (the aarch64 baseline) */
-    ROPE_ISA_NEON_FP16 = 17   /**< aarch64 NEON with half-precision arithmetic (FEAT_FP16, ARMv8.2-A:
-                                   Neoverse N1/V1/V2, Graviton 2-4, Apple M1 and later, Cortex-A76+) */
+    ROPE_ISA_NEON_FP16 = 17   /**< aarch64 NEON on CPUs with half-precision arithmetic (FEAT_FP16,
+                                   ARMv8.2-A: Neoverse N1/V1/V2, Graviton 2-4, Apple M1 and later,
+                                   Cortex-A76+), whose f16 kernels convert in hardware */
 } rope_isa;
 
 /** Where a call's memory lives and its kernel runs. */

@@ -26,8 +26,6 @@ using Result = int;  // CUresult
 using Device = int;  // CUdevice
 using DevicePointer = unsigned long long;  // CUdeviceptr
 constexpr Result kSuccess = 0;
-constexpr Result kInvalidValue = 1;  // CUDA_ERROR_INVALID_VALUE: what the queries answer for host memory
-constexpr Result kNotFound = 500;    // CUDA_ERROR_NOT_FOUND
 constexpr int kComputeCapabilityMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 constexpr int kComputeCapabilityMinor = 76;
 constexpr int kPointerContext = 1;        // CU_POINTER_ATTRIBUTE_CONTEXT
@@ -131,12 +129,14 @@ using cuda::result_name;
 // (cuModuleLoadDataEx: out of memory, a JIT failure, no binary for the GPU) and go on to
 // halide_cuda_run, which aborts on the missing module unless acquiring the context fails first.
 // Refused here, halide_cuda_run returns before that check, and the dispatcher reports the
-// recorded error. Once the module was found (get_stream), the context is given:
+// recorded error. Once a launch has asked for its stream (get_stream, which halide_cuda_run calls
+// after finding the module; the kernels make no other call that asks), the context is given:
 // halide_cuda_finalize_kernels needs it to drop the kernel's hold on the module, without which
-// rope_cuda_release_context could never unload it; get_stream then skips the later launches.
+// rope_cuda_release_context could never unload it; get_stream then skips the later launches. A
+// launch failing in between (cuModuleGetFunction) still leaves the hold behind.
 int acquire_context(void *user_context, void **context, bool create) {
     const auto *call = static_cast<const CallContext *>(user_context);
-    if (call != nullptr && call->failure() != CallFailure::None && !call->cuda_module_found) {
+    if (call != nullptr && call->failure() != CallFailure::None && !call->cuda_launch_reached) {
         *context = nullptr;
         return halide_error_code_device_interface_no_device;
     }
@@ -158,7 +158,7 @@ int get_stream(void *user_context, void *, void **stream) {
     if (call == nullptr) {
         return halide_error_code_success;
     }
-    call->cuda_module_found = true;
+    call->cuda_launch_reached = true;
     return call->failure() == CallFailure::None ? halide_error_code_success : halide_error_code_device_run_failed;
 }
 
@@ -243,10 +243,11 @@ bool is_mapped_chunk(const cuda::Driver &d, cuda::DevicePointer at) {
     return true;
 }
 
-// True when a pointer query failed for another reason than the pointer (a driver shutting down or
-// in a sticky error state, out of memory): not the caller's pointer's fault.
+// True when a pointer query failed for the driver's state, not the pointer's: out of memory (2),
+// not initialised (3), shutting down (4), an invalid context (201), a sticky error of an earlier
+// kernel (700-720), unknown (999). Any other failure means the pointer is not device memory.
 bool driver_failed(cuda::Result result) {
-    return result != cuda::kSuccess && result != cuda::kInvalidValue && result != cuda::kNotFound;
+    return result == 2 || result == 3 || result == 4 || result == 201 || (result >= 700 && result <= 720) || result == 999;
 }
 
 // Checks that the bytes of `range` lie in memory the kernels may use on `context` (current): one

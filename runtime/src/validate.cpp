@@ -600,18 +600,20 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
             return;
         }
     }
-    // An entry's name: what[b][s], without the indices that are negative (a scalar offset's).
-    auto name = [](const char *what, int64_t b, int64_t s) {
-        return what + (b >= 0 ? "[" + std::to_string(b) + "]" : "") + (s >= 0 ? "[" + std::to_string(s) + "]" : "");
+    // An entry's name: what[b][s], without the indices that are negative (a scalar offset's), and
+    // the varlen sequence a scalar offset starts (`sequence`, when not negative).
+    auto name = [](const char *what, int64_t b, int64_t s, int64_t sequence) {
+        return what + (b >= 0 ? "[" + std::to_string(b) + "]" : "") + (s >= 0 ? "[" + std::to_string(s) + "]" : "") +
+               (sequence >= 0 ? " (varlen sequence " + std::to_string(sequence) + ")" : "");
     };
-    auto check = [&](int64_t first, int64_t last, const char *what, int64_t b, int64_t s) {
+    auto check = [&](int64_t first, int64_t last, const char *what, int64_t b, int64_t s, int64_t sequence = -1) {
         if (first < 0) {
-            f.fail(ROPE_ERR_POSITION_OUT_OF_RANGE) << name(what, b, s) << "=" << first
+            f.fail(ROPE_ERR_POSITION_OUT_OF_RANGE) << name(what, b, s, sequence) << "=" << first
                                                    << " is negative; positions must be >= 0 (spec §5)";
             return false;
         }
         if (last >= limit || last < first) {
-            f.fail(ROPE_ERR_POSITION_OUT_OF_RANGE) << name(what, b, s) << " gives position " << last
+            f.fail(ROPE_ERR_POSITION_OUT_OF_RANGE) << name(what, b, s, sequence) << " gives position " << last
                                                    << "; positions must be < " << limit << " (" << limit_rule << ")";
             return false;
         }
@@ -647,7 +649,8 @@ void check_positions(Failure &f, const rope_positions &pos, int64_t batch, int64
         const int64_t offset = pos.data != nullptr ? read(b * pos.strides[0]) : pos.offset;
         const int64_t length = varlen != nullptr ? sequence_start(*varlen, b + 1) - sequence_start(*varlen, b) : seq;
         const int64_t last = offset > limit ? offset : offset + std::max<int64_t>(length, 1) - 1;
-        if (!check(offset, last, what, pos.data != nullptr || varlen != nullptr ? b : -1, -1)) {
+        const bool per_sequence = pos.data != nullptr;
+        if (!check(offset, last, what, per_sequence ? b : -1, -1, !per_sequence && varlen != nullptr ? b : -1)) {
             return;
         }
     }

@@ -830,7 +830,8 @@ TEST_F(Validation, PerHeadQkvViewsAreNotAnOverlap) {
     p.k_out = p.k;
     rope_report report = rope_report_init();
     EXPECT_EQ(rope_query(&p, &report), ROPE_ERR_OVERLAP) << report.message;
-    EXPECT_TRUE(mentions(report.message, "k")) << report.message;
+    EXPECT_TRUE(mentions(report.message, "q_out")) << report.message;
+    EXPECT_TRUE(mentions(report.message, "partially overlaps k")) << report.message;
 }
 
 // Views too large to exist, with the token lattice of packed views and 2^15 x 2^15 tokens (the

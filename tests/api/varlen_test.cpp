@@ -234,6 +234,9 @@ TEST(VarlenValidation, RulesWriteNothing) {
              p.positions.index_type = ROPE_INDEX_INT64;
              p.positions.strides[0] = 1;
          }},
+        // One scalar offset for all: the first sequence that runs past the limit is named.
+        {good, ROPE_ERR_POSITION_OUT_OF_RANGE, "positions.offset (varlen sequence 1) gives position 2147483648",
+         [](rope_params &p) { p.positions.offset = 2147483643; }},
     };
     for (const Bad &bad : bads) {
         rope_params p = base(bad.cu);

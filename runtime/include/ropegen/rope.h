@@ -438,9 +438,9 @@ uint32_t rope_abi_version(void);
  * Releases what the library holds for a CUDA context (its kernels, loaded the first time a call
  * ran on that context). Call it before destroying a context that calls have run on, once their
  * work has finished; a later call on the same context loads the kernels again.
- * @return ROPE_OK; ROPE_ERR_DEVICE when the context cannot be made current (destroyed already:
- *         nothing is released) or the driver fails to unload a kernel; ROPE_ERR_UNSUPPORTED in
- *         a library built without CUDA kernels.
+ * @return ROPE_OK; ROPE_ERR_DEVICE when the context cannot be made current (destroyed already,
+ *         unless a new context got its handle: nothing is released) or Halide's runtime reports
+ *         an error releasing it; ROPE_ERR_UNSUPPORTED in a library built without CUDA kernels.
  */
 rope_status rope_cuda_release_context(void *context);
 

@@ -38,7 +38,7 @@ struct CallContext {
     int num_threads;      ///< 0: the library's pool as configured; 1: the calling thread
     void *cuda_context = nullptr;  ///< CUDA calls: the CUcontext the kernels run on
     void *cuda_stream = nullptr;   ///< CUDA calls: the CUstream they are enqueued on
-    bool cuda_module_found = false;  ///< CUDA calls: a launch found its kernel's module (cuda_device.cpp)
+    bool cuda_launch_reached = false;  ///< CUDA calls: a launch asked for its stream, after finding its module (cuda_device.cpp)
     std::atomic<bool> pool_checked{false};  ///< the library's pool was found started before the call's first loop on it
 
     /// A reservation up to this size lives in the context itself, on the caller's stack: a

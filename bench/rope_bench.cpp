@@ -333,10 +333,15 @@ ScalarRopeArgs scalar_args(const Workspace &ws, rope_style style, bool in_place)
     return args;
 }
 
-// The scalar baseline, tokens split evenly over the threads (as an engine would split them; no
-// empty part, so a one-token call stays on the calling thread, as the library keeps it).
+// The threads the scalar baseline splits `tokens` over: no empty part, so a one-token call stays
+// on the calling thread, as the library keeps it.
+int scalar_parts(int64_t tokens, int threads) {
+    return static_cast<int>(std::clamp<int64_t>(tokens, 1, threads));
+}
+
+// The scalar baseline, tokens split evenly over the threads (as an engine would split them).
 void scalar_qk(const ScalarRopeArgs &args, int64_t tokens, int threads) {
-    const int parts = static_cast<int>(std::clamp<int64_t>(tokens, 1, threads));
+    const int parts = scalar_parts(tokens, threads);
     run_parts(parts, [&](int part) {
         scalar_rope(args, tokens * part / parts, tokens * (part + 1) / parts);
     });
@@ -546,7 +551,7 @@ void bm_scalar(benchmark::State &state, const Case &c, bool in_place) {
     }
     const ScalarRopeArgs args = scalar_args(*ws, c.style->style, in_place);
     const int64_t tokens = ws->tokens();
-    const int threads = static_cast<int>(std::clamp<int64_t>(tokens, 1, c.threads));  // as scalar_qk splits them
+    const int threads = scalar_parts(tokens, c.threads);
     scalar_qk(args, tokens, threads);
     for (auto _ : state) {
         scalar_qk(args, tokens, threads);

@@ -413,14 +413,6 @@ void set_report_message(rope_report *report, std::string_view message, std::stri
     report->message[length + added] = '\0';
 }
 
-void clear_report(rope_report *report) noexcept {
-    if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
-        report->status = ROPE_OK;
-        report->message[0] = '\0';
-        report->kernel[0] = '\0';
-    }
-}
-
 rope_status report_status(rope_report *report, rope_status status, std::string_view message) noexcept {
     if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
         report->status = status;

@@ -79,18 +79,16 @@ bool multiply_overflows(int64_t a, int64_t b, int64_t *product) {
     return __builtin_mul_overflow(a, b, product);
 }
 
-// The same elements at the same addresses: a stride along an axis of one item is never stepped,
-// so it may differ (a decode step's q described as BSHD, its output as BHSD).
+// Whether views of equal sizes step `axis` alike: a stride along an axis of one item is never
+// stepped, so it may differ (a decode step's q described as BSHD, its output as BHSD).
+bool same_steps(const rope_tensor &a, const rope_tensor &b, int axis) {
+    return a.sizes[axis] <= 1 || a.strides[axis] == b.strides[axis];
+}
+
+// The same elements at the same addresses.
 bool same_view(const rope_tensor &a, const rope_tensor &b) {
-    if (a.data != b.data || std::memcmp(a.sizes, b.sizes, sizeof(a.sizes)) != 0) {
-        return false;
-    }
-    for (int axis = 0; axis < 4; axis++) {
-        if (a.sizes[axis] > 1 && a.strides[axis] != b.strides[axis]) {
-            return false;
-        }
-    }
-    return true;
+    return a.data == b.data && std::memcmp(a.sizes, b.sizes, sizeof(a.sizes)) == 0 && same_steps(a, b, 0) &&
+           same_steps(a, b, 1) && same_steps(a, b, 2) && same_steps(a, b, 3);
 }
 
 using Wide = __int128;  // products of two 64-bit values, and sums of such products, fit
@@ -187,8 +185,7 @@ bool disjoint(const rope_tensor &a, const ByteRange &ra, const rope_tensor &b, c
     if (in_separate_lanes(a, b, delta)) {
         return true;
     }
-    const bool same_tokens = a.sizes[0] == b.sizes[0] && a.sizes[1] == b.sizes[1] &&
-                             (a.sizes[0] == 1 || a.strides[0] == b.strides[0]) && (a.sizes[1] == 1 || a.strides[1] == b.strides[1]);
+    const bool same_tokens = a.sizes[0] == b.sizes[0] && a.sizes[1] == b.sizes[1] && same_steps(a, b, 0) && same_steps(a, b, 1);
     const bool repeated_tokens = (a.sizes[0] > 1 && a.strides[0] == 0) || (a.sizes[1] > 1 && a.strides[1] == 0);
     if (!same_tokens || repeated_tokens) {
         return false;

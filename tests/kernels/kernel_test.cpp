@@ -266,15 +266,15 @@ TEST_P(KernelTest, CacheTables) {
         // A computed source ignores the cache fields: tables of NaN, another dtype and a short
         // length change nothing.
         static const float nan_table[4] = {NAN, NAN, NAN, NAN};
-        const KernelEntry &k = kernel();
-        expect_correct(c, [&k](const rope_params *params, rope_report *report) {
+        const Runner run = kernel_runner(kernel());
+        expect_correct(c, [run](const rope_params *params, rope_report *report) {
             rope_params p = *params;
             p.angles.cos_cache = p.angles.sin_cache = nan_table;
             p.angles.cache_dtype = ROPE_DTYPE_BF16;
             p.angles.cache_len = 1;
             p.angles.cache_row_stride = 2;
-            return run_kernel(k, &p, report);
-        }, k.name);
+            return run(&p, report);
+        }, kernel().name);
     }
     if (kernel().dtype != ROPE_DTYPE_F32) {
         c.cache_in_dtype = true;

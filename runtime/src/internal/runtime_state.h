@@ -133,8 +133,14 @@ rope_isa usable_isa();
 void set_report_message(rope_report *report, std::string_view message, std::string_view more = {}) noexcept;
 
 /// Resets `report` (when given and large enough) to ROPE_OK with an empty message and kernel,
-/// keeping its struct_size (a newer caller's may be larger).
-void clear_report(rope_report *report) noexcept;
+/// keeping its struct_size (a newer caller's may be larger). Inline: every call starts with it.
+inline void clear_report(rope_report *report) noexcept {
+    if (report != nullptr && report->struct_size >= sizeof(rope_report)) {
+        report->status = ROPE_OK;
+        report->message[0] = '\0';
+        report->kernel[0] = '\0';
+    }
+}
 
 /// Sets `report`'s status and message (when given) and returns the status; allocates nothing.
 rope_status report_status(rope_report *report, rope_status status, std::string_view message) noexcept;

@@ -168,9 +168,17 @@ void apply_gpu_schedule(std::vector<RotatedTensorFuncs> &tensors, Halide::Func c
         // length (a fused token's s = token % seq spans the whole sequence to bounds inference).
         out.split(v.head, head_tile, head_thread, head_threads, kTail)
             .split(v.seq, seq_block, seq_in, schedule.tokens_per_block, kTail);
-        // The interleaved style stores a pair's two lanes side by side: one dense vector of both.
+        // The interleaved style stores a pair's two lanes side by side: one dense vector of both,
+        // where alignment is known. Without it the two lanes are two stores: LLVM's NVPTX backend
+        // stored an f16 pair's 2-byte-aligned <2 x half> as the f32 bits of both lanes, 8 bytes
+        // where 4 belong (found on an H200).
         if (interleaved) {
-            out.reorder(v.half, pair_lane, pair_thread, head_thread).vectorize(v.half).vectorize(pair_lane);
+            out.reorder(v.half, pair_lane, pair_thread, head_thread).vectorize(pair_lane);
+            if (fixed_pairs > 0) {
+                out.vectorize(v.half);
+            } else {
+                out.unroll(v.half);
+            }
         } else {
             out.reorder(pair_lane, v.half, pair_thread, head_thread).vectorize(pair_lane).unroll(v.half);
         }

@@ -26,6 +26,7 @@ if command -v compute-sanitizer > /dev/null; then
     # nor the two that run a child process, one of which takes all free device memory first (the
     # sanitizer stalls on them): they run in the suite above.
     sample='CudaDispatch.*:CudaKernels/*half_cache_d128_bf16__cuda_sm86:CudaKernels/*interleaved_precise_dany_f32__cuda_sm86'
+    sample+=':CudaKernels/*interleaved_cache_dany_f16__cuda_sm86'
     sample+='-CudaDispatch.ABatchBeyondOneGridRunsInParts:CudaDispatch.AModuleThatCannotLoadIsAStatusNotAnAbort'
     sample+=':CudaDispatch.APointerOfAnotherContextIsRejected'
     # Three driver calls fail on purpose, and memcheck reports each as an error: cuMemGetAddressRange

@@ -11,6 +11,9 @@ target and assembly file of every kernel; the build keeps the assembly Halide em
          interleaved style must load with ld2 and store with st2 (not shuffles). Any violation
          is printed and the exit status is 1 (ctest: neon.HotLoopAudit). Reloads from the stack
          (values spilled before the loop, loaded again every iteration) are listed as notes.
+         With --assembler (a C compiler for aarch64 or an assembler), each kernel must also
+         assemble with -march of no more than the dispatcher checks before it runs the kernel's
+         level (LEVEL_MARCH): an instruction beyond it would fault on a CPU the level admits.
   mca    llvm-mca (Debian's LLVM) estimates the cycles of one iteration of those hot loops on
          Neoverse-N1 and Apple M1; cycles per rotated head = cycles per iteration x iterations per
          head (head bytes / bytes stored per iteration). The table (head_dim 128 kernels, median
@@ -21,6 +24,7 @@ The estimates are the hot loop alone, at steady state, with every load hitting L
 on compute, not a bandwidth claim.
 """
 import argparse
+import os
 import pathlib
 import re
 import statistics
@@ -43,6 +47,10 @@ FP_ARITHMETIC = ("fmul", "fadd", "fsub", "fmla", "fmls", "fneg", "fdiv", "fmadd"
 REG_BYTES = {"q": 16, "d": 8, "s": 4, "h": 2, "b": 1}
 # A stack slot. Only sp-relative: Halide's kernels use x29 as a general register, not a frame pointer.
 STACK_SLOT = re.compile(r"\[sp\b")
+# Per Halide target of a level, the architecture of what the dispatcher checks before it runs the
+# level's kernels (runtime/src/isa_aarch64.cpp): FP and AdvSIMD; for neon_fp16 also FEAT_FP16,
+# optional from ARMv8.2.
+LEVEL_MARCH = {"arm-64-linux": "armv8-a", "arm-64-linux-arm_fp16": "armv8.2-a+fp16"}
 
 
 class Loop:
@@ -173,11 +181,25 @@ def kernel_entry(name, target, assembly):
             "head_dim": head_dim, "dtype": dtype, "isa": isa}
 
 
-def audit(kernels):
+def beyond_level(kernel, assembler):
+    """Why the kernel does not assemble for its level's architecture ("" when it does)."""
+    march = LEVEL_MARCH[kernel["target"]]
+    command = [assembler, f"-march={march}", "-c", "-o", os.devnull, kernel["assembly"]]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode == 0:
+        return ""
+    errors = [line for line in result.stderr.splitlines() if "rror" in line] or [result.stderr.strip()]
+    return f"does not assemble with -march={march}, what its level's CPUs are checked for: {errors[0]}"
+
+
+def audit(kernels, assembler=None):
     failures = 0
     loops_checked = 0
     reloading = []
     for kernel in kernels:
+        if assembler and (problem := beyond_level(kernel, assembler)):
+            print(f"FAIL {kernel['name']}: {problem}")
+            failures += 1
         all_loops = read_loops(kernel["assembly"])
         loops = hot_loops(all_loops)
         tasks = {loop.function for loop in all_loops}
@@ -192,7 +214,8 @@ def audit(kernels):
             if loop.reloads() and kernel["name"] not in reloading:
                 reloading.append(kernel["name"])
                 print(f"note {kernel['name']}: its hot loops load from the stack, e.g. {loop.reloads()[:2]}")
-    print(f"{len(kernels)} kernels, {loops_checked} hot loops audited, {failures} problem(s); "
+    assembled = f", each assembled for its level's architecture" if assembler else ""
+    print(f"{len(kernels)} kernels{assembled}, {loops_checked} hot loops audited, {failures} problem(s); "
           f"{len(reloading)} kernel(s) with stack loads in a hot loop")
     return 1 if failures else 0
 
@@ -251,6 +274,7 @@ def main():
     parser.add_argument("--write-readme", type=pathlib.Path, help="replace the table section of this file (bench/README.md)")
     parser.add_argument("--assembly", nargs="+", type=pathlib.Path,
                         help="audit these files (named <kernel>.s) instead of a build's kernels")
+    parser.add_argument("--assembler", help="audit: also assemble each kernel for its level (an aarch64 gcc, clang or as)")
     args = parser.parse_args()
     if args.assembly:
         # The Halide target of a level, as cmake/ropegen_kernels.py gives it.
@@ -259,7 +283,7 @@ def main():
     else:
         kernels = read_kernels(args.build)
     if args.mode == "audit":
-        return audit(kernels)
+        return audit(kernels, args.assembler)
     table = mca_table(kernels, args.llvm_mca)
     if args.write_readme:
         write_readme(args.write_readme, table, "python3 bench/neon_asm.py mca --write-readme bench/README.md")

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The calls every GPU kernel is judged on, shared by the CUDA tests (on a GPU) and the OpenCL
 // run of the same schedule (on PoCL): every layout, position form and direction, GQA, q alone,
-// packed QKV in place, a long prefill, adversarial values, 16-bit cache tables, a partial rotary
-// slice.
+// packed QKV and per-head fused QKV in place, a long prefill, adversarial values, 16-bit cache
+// tables, a partial rotary slice.
 #pragma once
 
 #include <vector>
@@ -32,6 +32,9 @@ inline std::vector<CaseSpec> gpu_kernel_cases(const CaseSpec &base, bool any_hea
     in_place.k_heads = 2;
     in_place.positions = random_table(in_place, 0, 100, ROPE_INDEX_INT64, 5);
     cases.push_back(in_place);
+    CaseSpec per_head = in_place;  // GPT-NeoX's fused QKV: q and k lanes of each head's slot, in place
+    per_head.memory = Memory::PerHeadQkvInPlace;
+    cases.push_back(per_head);
     CaseSpec q_only = base;
     q_only.k_heads = 0;
     q_only.seq = 1;

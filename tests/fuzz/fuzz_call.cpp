@@ -346,29 +346,38 @@ void FuzzCall::plan_views(const Recipe &r) {
     }
     arenas_.resize(kTensorCount);
 
-    // Views into one [batch, seq, total_heads, D] buffer (BSHD), each from its first head on; the
-    // buffer's extent covers the heads no view holds (v of packed QKV), which must stay untouched.
-    const auto pack = [&](int arena, int64_t total_heads, std::initializer_list<std::pair<int, int64_t>> members) {
-        const int64_t dense[4] = {std::max<int64_t>(batch, 0), std::max<int64_t>(seq, 0), total_heads, head_dim};
+    // Views with the strides of one [batch, seq, heads, slot] buffer (BSHD), each from `first`
+    // elements past its start; the buffer's extent covers the elements no view holds (v of packed
+    // QKV), which must stay untouched.
+    const auto pack = [&](int arena, int64_t heads, int64_t slot, std::initializer_list<std::pair<int, int64_t>> members) {
+        const int64_t dense[4] = {std::max<int64_t>(batch, 0), std::max<int64_t>(seq, 0), heads, slot};
         int64_t strides[4];
         layout_strides(Layout::BSHD, dense, 0, strides);
-        for (const auto &[tensor, first_head] : members) {
+        for (const auto &[tensor, first] : members) {
             View &v = views_[tensor];
             std::copy(strides, strides + 4, v.strides);
             v.arena = arena;
-            v.byte_offset = mul_saturated(mul_saturated(first_head, std::max<int64_t>(head_dim, 0)), v.element_bytes());
+            v.byte_offset = mul_saturated(first, v.element_bytes());
         }
         arenas_[arena].extent_hint =
             mul_saturated(mul_saturated(dense[0], strides[0]), views_[members.begin()->first].element_bytes());
     };
     const int64_t q_heads = std::max<int64_t>(q.sizes[2], 0), k_heads = r.has_k ? std::max<int64_t>(k.sizes[2], 0) : 1;
+    const int64_t lanes = std::max<int64_t>(head_dim, 0);
     const Memory memory = code_of<Memory>(r.memory);
     switch (memory) {
         case Memory::PackedQkv:
         case Memory::PackedQkvInPlace:
-            pack(kQ, add_saturated(q_heads, mul_saturated(2, k_heads)), {{kQ, 0}, {kK, q_heads}});
+            if (r.per_head_qkv) {  // GPT-NeoX: q, k, v side by side in each head's slot of 3 D
+                pack(kQ, std::max(q_heads, k_heads), mul_saturated(3, head_dim), {{kQ, 0}, {kK, lanes}});
+            } else {  // q's heads, then k's, then v's
+                pack(kQ, add_saturated(q_heads, mul_saturated(2, k_heads)), head_dim,
+                     {{kQ, 0}, {kK, mul_saturated(q_heads, lanes)}});
+            }
             break;
-        case Memory::PackedOutputs: pack(kQOut, add_saturated(q_heads, k_heads), {{kQOut, 0}, {kKOut, q_heads}}); break;
+        case Memory::PackedOutputs:
+            pack(kQOut, add_saturated(q_heads, k_heads), head_dim, {{kQOut, 0}, {kKOut, mul_saturated(q_heads, lanes)}});
+            break;
         case Memory::Separate:
         case Memory::InPlace:
         case Memory::Count: break;

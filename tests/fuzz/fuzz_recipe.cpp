@@ -45,6 +45,8 @@ public:
     void raw_byte(uint8_t &value) {
         value = byte();
     }
+    void optional_tail() {
+    }
 
 private:
     const uint8_t *data_;
@@ -75,12 +77,21 @@ public:
     void raw_byte(const uint8_t &value) {
         bytes_.push_back(value);
     }
+    void optional_tail() {
+        optional_from_ = bytes_.size();
+    }
+    /// Without the zero bytes that end the optional tail: the reader reads them back as zero.
     std::vector<uint8_t> bytes() const {
-        return bytes_;
+        size_t end = bytes_.size();
+        while (end > optional_from_ && bytes_[end - 1] == 0) {
+            end--;
+        }
+        return {bytes_.begin(), bytes_.begin() + static_cast<std::ptrdiff_t>(end)};
     }
 
 private:
     std::vector<uint8_t> bytes_;
+    size_t optional_from_ = SIZE_MAX;
 };
 
 // Widths of raw values in bytes.
@@ -159,6 +170,10 @@ void visit(Io &io, R &r) {
     io.pick(r.mrope_sections, code_count<MropeSections>(), kNoRaw);
     io.pick(r.stream_stride, code_count<StreamStride>(), kRaw64);
     io.pick(r.round_cos_sin, code_count(kRoundCosSin), kRaw32);
+    // Fields from here on are written only up to the last non-zero byte, so that appending one
+    // leaves the committed seeds as they are (their recipes ended above).
+    io.optional_tail();
+    io.flag(r.per_head_qkv);
 }
 
 }  // namespace

@@ -98,6 +98,7 @@ enum class Memory : uint8_t {
     Separate,          ///< four buffers
     InPlace,           ///< q_out == q, k_out == k
     PackedQkv,         ///< q and k are views into one [B, S, Hq + 2 Hk, D] buffer (with v); outputs separate
+                       ///< (per_head_qkv: [B, S, max(Hq, Hk), 3 D], q, k, v lanes of each head's slot)
     PackedQkvInPlace,  ///< the same, rotated in place
     PackedOutputs,     ///< q_out and k_out are views into one [B, S, Hq + Hk, D] buffer
     Count
@@ -266,6 +267,8 @@ struct Recipe {
     Pick mrope_sections;     ///< MropeSections
     Pick stream_stride;      ///< StreamStride; raw: the stride
     Pick round_cos_sin;      ///< kRoundCosSin
+    // Appended after a mark: left out of an encoding while zero, so older seeds keep their bytes.
+    bool per_head_qkv = false;  ///< the packed QKV plans as GPT-NeoX's [B, S, max(Hq, Hk), 3 D] buffer
 };
 
 /// Decodes any bytes (missing ones read as zero).

@@ -313,6 +313,26 @@ std::vector<Seed> valid_seeds() {
         r.rotary_offset = Pick::of(RotaryOffset::One);
         r.fill = Pick::of(Fill::RandomBits);
     });
+    // GPT-NeoX's fused QKV rotated in place: q and k lanes of each head's 3 D slot, v between them
+    // and the next slot untouched; fewer k heads than q heads, then more.
+    add("valid_per_head_qkv_inplace_gqa", [](Recipe &r) {
+        r.memory = Pick::of(Memory::PackedQkvInPlace);
+        r.per_head_qkv = true;
+    });
+    add("valid_per_head_qkv_inplace_more_k_heads_bf16_partial", [](Recipe &r) {
+        r.memory = Pick::of(Memory::PackedQkvInPlace);
+        r.per_head_qkv = true;
+        r.q_heads = value_of(kHeads, int64_t{2});
+        r.k_heads = value_of(kHeads, int64_t{4});
+        r.dtype = value_of(kDtypes, ROPE_DTYPE_BF16);
+        r.style = value_of(kStyles, ROPE_STYLE_INTERLEAVED);
+        r.source = value_of(kSources, ROPE_SOURCE_COMPAT);
+        r.head_dim = value_of(kHeadDims, int64_t{30});
+        r.rotary_dim = Pick::of(RotaryDim::Half);
+        r.rotary_offset = Pick::of(RotaryOffset::One);
+        r.positions_kind = value_of(kPositionKinds, ROPE_POSITIONS_TABLE);
+        r.position_values = Pick::of(PositionValues::RandomSmall);
+    });
     add("valid_q_only", [](Recipe &r) { r.has_k = false; });
     add("valid_gqa_heads_4_1", [](Recipe &r) {
         r.q_heads = value_of(kHeads, int64_t{4});
@@ -436,6 +456,13 @@ std::vector<Seed> invalid_seeds() {
     add("output_partially_overlaps_input", [](Recipe &r) {
         r.placements[1].target = Pick::of(PlacementTarget::IntoQ);
         r.placements[1].offset = Pick::of(PlacementOffset::One);
+    });
+    add("per_head_qkv_k_one_lane_into_q", [](Recipe &r) {  // k and k_out start at lane D - 1
+        r.memory = Pick::of(Memory::PackedQkvInPlace);
+        r.per_head_qkv = true;
+        r.placements[0].target = Pick::of(PlacementTarget::IntoQ);
+        r.placements[0].offset = Pick::raw_value(63);
+        r.placements[2].target = Pick::of(PlacementTarget::IntoK);
     });
     add("q_out_is_k", [](Recipe &r) {
         r.q_heads = r.k_heads;

@@ -47,10 +47,10 @@ FP_ARITHMETIC = ("fmul", "fadd", "fsub", "fmla", "fmls", "fneg", "fdiv", "fmadd"
 REG_BYTES = {"q": 16, "d": 8, "s": 4, "h": 2, "b": 1}
 # A stack slot. Only sp-relative: Halide's kernels use x29 as a general register, not a frame pointer.
 STACK_SLOT = re.compile(r"\[sp\b")
-# Per Halide target of a level, the architecture of what the dispatcher checks before it runs the
-# level's kernels (runtime/src/isa_aarch64.cpp): FP and AdvSIMD; for neon_fp16 also FEAT_FP16,
-# optional from ARMv8.2.
-LEVEL_MARCH = {"arm-64-linux": "armv8-a", "arm-64-linux-arm_fp16": "armv8.2-a+fp16"}
+# Per level, the architecture of what the dispatcher checks before it runs the level's kernels
+# (runtime/src/isa_aarch64.cpp): FP and AdvSIMD, ARMv8.0. The neon kernels are built with Halide's
+# arm_fp16 (for its f16 conversions, fcvtl/fcvtn), which would let LLVM use FEAT_FP16 arithmetic.
+LEVEL_MARCH = {"neon": "armv8-a"}
 
 
 class Loop:
@@ -183,7 +183,7 @@ def kernel_entry(name, target, assembly):
 
 def beyond_level(kernel, assembler):
     """Why the kernel does not assemble for its level's architecture ("" when it does)."""
-    march = LEVEL_MARCH[kernel["target"]]
+    march = LEVEL_MARCH[kernel["isa"]]
     command = [assembler, f"-march={march}", "-c", "-o", os.devnull, kernel["assembly"]]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode == 0:
@@ -278,7 +278,7 @@ def main():
     args = parser.parse_args()
     if args.assembly:
         # The Halide target of a level, as cmake/ropegen_kernels.py gives it.
-        targets = {"neon": "arm-64-linux", "neon_fp16": "arm-64-linux-arm_fp16"}
+        targets = {"neon": "arm-64-linux-arm_fp16"}
         kernels = [kernel_entry(path.stem, targets[path.stem.rsplit("__", 1)[-1]], str(path)) for path in args.assembly]
     else:
         kernels = read_kernels(args.build)

@@ -23,7 +23,7 @@ else ()
     message(FATAL_ERROR "ropegen builds for x86_64 and aarch64 Linux; CMAKE_SYSTEM_PROCESSOR is ${CMAKE_SYSTEM_PROCESSOR}")
 endif ()
 
-ropegen_option(ROPEGEN_ISAS "ISA levels to generate kernels for (all, or some of avx512;avx2;sse41 or neon_fp16;neon)" "all")
+ropegen_option(ROPEGEN_ISAS "ISA levels to generate kernels for (all, or some of avx512;avx2;sse41; aarch64 has neon alone)" "all")
 # CUDA kernels (PTX inside the library, run through the Halide CUDA runtime on the caller's
 # context and stream). Generating them needs no CUDA toolkit; checking them needs ptxas.
 if (ROPEGEN_ARCH STREQUAL "x86_64")

@@ -32,14 +32,15 @@ SCHEDULE_FORMAT = "ropegen-schedule"
 SCHEDULE_VERSION = 1
 
 # isa -> (architecture, schedule target family, Halide target, rope_isa enumerator); best first
-# within an architecture. neon_fp16 adds Halide's arm_fp16 (+fullfp16): f16 loads and stores
-# convert natively instead of through emulated bit arithmetic.
+# within an architecture. neon is built with Halide's arm_fp16 (+fullfp16), for which alone Halide
+# converts f16 with fcvtl/fcvtn, ARMv8.0 AdvSIMD (without it, in integer arithmetic: 4-5x the
+# cycles); the kernels compute in f32, and neon.HotLoopAudit assembles every one for armv8-a.
+# The runtime's neon_fp16 level (FEAT_FP16 CPUs) therefore has no kernels of its own: it runs neon's.
 ISAS = {
     "avx512": ("x86_64", "x86-64-avx512", "x86-64-linux-avx512_skylake", "ROPE_ISA_AVX512"),
     "avx2": ("x86_64", "x86-64-avx2", "x86-64-linux-avx-avx2-fma-f16c-sse41", "ROPE_ISA_AVX2"),
     "sse41": ("x86_64", "x86-64-sse41", "x86-64-linux-sse41", "ROPE_ISA_SSE41"),
-    "neon_fp16": ("aarch64", "arm-64-neon_fp16", "arm-64-linux-arm_fp16", "ROPE_ISA_NEON_FP16"),
-    "neon": ("aarch64", "arm-64-neon", "arm-64-linux", "ROPE_ISA_NEON"),
+    "neon": ("aarch64", "arm-64-neon", "arm-64-linux-arm_fp16", "ROPE_ISA_NEON"),
 }
 # CUDA levels -> (schedule target family, Halide capability feature, compute capability); newest
 # first. A kernel's PTX targets its capability; the driver compiles it for the GPU it runs on.

@@ -259,7 +259,7 @@ private:
     // Whether f16 converts in hardware, which keeps NaN a NaN: F16C's vcvtps2ph (Halide's AVX-512
     // targets do not name F16C but imply it, and the dispatcher runs them only where the avx2
     // level's F16C is present, isa_x86_64.cpp), AdvSIMD's fcvtn (which Halide emits only for its
-    // arm_fp16 targets, the neon_fp16 level), PTX's cvt.rn.f16.f32. Halide
+    // arm_fp16 targets: every neon kernel is built with it), PTX's cvt.rn.f16.f32. Halide
     // emulates the conversion elsewhere. With hardware the NaN select of narrow() is only cost,
     // and on CUDA it also kept LLVM from pairing the conversions into cvt.rn.f16x2.f32.
     bool native_f16_conversion() const {

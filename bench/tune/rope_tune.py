@@ -90,7 +90,7 @@ LAYOUT_SPACE = {
 MEASURED_KNOBS = rk.CPU_KNOBS
 MODELLED_KNOBS = ("vector_pairs", "unroll_pairs", "store_order")
 # f32 lanes of one vector register of each ISA: the unit the cost model prunes vector_pairs by.
-VECTOR_F32_LANES = {"avx512": 16, "avx2": 8, "sse41": 4, "neon_fp16": 4, "neon": 4}
+VECTOR_F32_LANES = {"avx512": 16, "avx2": 8, "sse41": 4, "neon": 4}
 # The head_dim the any-head_dim kernel is timed at (the harness's kAnyHeadDim).
 ANY_HEAD_DIM = 128
 # Keys in the order a budget reaches them: the commonest first.

@@ -42,10 +42,9 @@ rope_isa detect_isa() {
     if (!has_all(hwcap, kHwcapFp | kHwcapAsimd)) {
         return ROPE_ISA_NONE;
     }
-    // The neon_fp16 kernels are compiled with Halide's arm_fp16 (+fullfp16), which lets LLVM use
-    // FP16 arithmetic. Today they compute in f32 and convert with fcvtl/fcvtn (ARMv8.0 AdvSIMD,
-    // which Halide emits only for arm_fp16); the level still needs both bits, so that a kernel
-    // that ever computes in f16 cannot meet a CPU without them.
+    // The build's aarch64 kernels are all neon's (compiled with Halide's arm_fp16 for its f16
+    // conversions, ARMv8.0 instructions, and audited to need no more): neon_fp16 runs them too.
+    // The level stays, as part of the ABI (rope_isa, ROPE_MAX_ISA, rope_active_isa).
     return has_all(hwcap, kHwcapFphp | kHwcapAsimdhp) ? ROPE_ISA_NEON_FP16 : ROPE_ISA_NEON;
 }
 

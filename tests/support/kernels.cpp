@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "kernels.h"
 
+#include <algorithm>
 #include <memory>
 
 namespace ropegen::test {
@@ -31,6 +32,17 @@ std::vector<rope_isa> isa_levels() {
     std::vector<rope_isa> result;
     for (size_t i = 0; i < count; i++) {
         result.push_back(levels[i].isa);
+    }
+    return result;
+}
+
+std::vector<rope_isa> levels_with_kernels() {
+    const std::vector<const KernelEntry *> kernels = all_kernels();
+    std::vector<rope_isa> result;
+    for (rope_isa isa : isa_levels()) {
+        if (std::any_of(kernels.begin(), kernels.end(), [&](const KernelEntry *k) { return k->isa == isa; })) {
+            result.push_back(isa);
+        }
     }
     return result;
 }

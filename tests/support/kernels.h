@@ -18,6 +18,9 @@ std::vector<const KernelEntry *> all_kernels();
 std::vector<const KernelEntry *> all_cuda_kernels();
 /// This architecture's ISA levels, best first (ropegen::isa_levels).
 std::vector<rope_isa> isa_levels();
+/// The levels of isa_levels() that have kernels of their own in this build (aarch64's neon_fp16
+/// runs neon's).
+std::vector<rope_isa> levels_with_kernels();
 /// The level a name (ROPE_MAX_ISA's spelling, "none" included) means; false when unknown.
 bool isa_from_name(const std::string &name, rope_isa *isa);
 /// A runner that runs exactly `kernel` through ropegen::run_kernel.

@@ -138,7 +138,8 @@ typedef enum rope_isa {
     ROPE_ISA_NEON = 16,       /**< aarch64 Advanced SIMD, ARMv8.0-A (the aarch64 baseline) */
     ROPE_ISA_NEON_FP16 = 17   /**< aarch64 NEON on CPUs with half-precision arithmetic (FEAT_FP16,
                                    ARMv8.2-A: Neoverse N1/V1/V2, Graviton 2-4, Apple M1 and later,
-                                   Cortex-A76+), whose f16 kernels convert in hardware */
+                                   Cortex-A76+); this library's kernels of it are the NEON ones,
+                                   which convert f16 in hardware on every aarch64 CPU */
 } rope_isa;
 
 /** Where a call's memory lives and its kernel runs. */

@@ -570,6 +570,9 @@ def main():
 
     try:
         arch_isas = tuple(isa for isa, (arch, *_) in ISAS.items() if arch == args.arch)
+        if args.arch == "aarch64" and "neon_fp16" in args.isas.split(";"):
+            raise ScheduleError("ROPEGEN_ISAS: neon_fp16 has no kernels of its own (the neon kernels convert f16 in "
+                                "hardware and serve both aarch64 levels): use neon or all")
         isas = list(arch_isas) if args.isas == "all" else pick(f"ROPEGEN_ISAS ({args.arch})", args.isas, arch_isas)
         cuda_levels = (list(CUDA_LEVELS) if args.cuda == "all"
                        else pick("ROPEGEN_CUDA_LEVELS", args.cuda, tuple(CUDA_LEVELS), may_be_empty=True))

@@ -38,8 +38,10 @@ SPILLS = re.compile(r"(?P<stack>\d+) bytes stack frame, (?P<stores>\d+) bytes sp
 SHARED = re.compile(r"(?P<shared>\d+) bytes smem")
 
 
-# A scalar store whose data is a 64-bit register: st.global.b8/b16/b32 (or .u16, .f32, ...) [addr], %rdN.
-SPLIT_STORE = re.compile(r"^\s*(?:@%p\d+\s+)?st\.global\.[a-z]*?(?:8|16|32)\s+\[[^]]*\],\s*%rd\d+\s*;", re.MULTILINE)
+# A store of 8-, 16- or 32-bit elements whose data is a 64-bit register: st[.global][.cs].b16 [addr], %rdN,
+# predicated or not, or a vector store with such an element.
+SPLIT_STORE = re.compile(r"^\s*(?:@!?%p\d+\s+)?st(?:\.[a-z0-9_:]+)*?\.[bsuf](?:8|16|32)\s+\[[^]]*\],"
+                         r"\s*(?:%rd\d+|\{[^}]*%rd\d+[^}]*\})\s*;", re.MULTILINE)
 
 
 def split_stores(ptx_text):

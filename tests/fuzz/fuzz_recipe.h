@@ -268,7 +268,7 @@ struct Recipe {
     Pick stream_stride;      ///< StreamStride; raw: the stride
     Pick round_cos_sin;      ///< kRoundCosSin
     // Appended after a mark: left out of an encoding while zero, so older seeds keep their bytes.
-    bool per_head_qkv = false;  ///< the packed QKV plans as GPT-NeoX's [B, S, max(Hq, Hk), 3 D] buffer
+    bool per_head_qkv = false;  ///< packed QKV plans: GPT-NeoX's [B, S, max(Hq, Hk), 3 D] buffer; others ignore it
 };
 
 /// Decodes any bytes (missing ones read as zero).

@@ -48,10 +48,10 @@ std::optional<int64_t> available_memory() {
     return std::nullopt;
 }
 
-/// The ISA levels this CPU runs, best first.
+/// The ISA levels with kernels of their own that this CPU runs, best first.
 std::vector<rope_isa> cpu_isas() {
     std::vector<rope_isa> isas;
-    for (rope_isa isa : isa_levels()) {
+    for (rope_isa isa : levels_with_kernels()) {
         if (isa <= detected_isa()) {
             isas.push_back(isa);
         }

@@ -11,9 +11,10 @@ target and assembly file of every kernel; the build keeps the assembly Halide em
          interleaved style must load with ld2 and store with st2 (not shuffles). Any violation
          is printed and the exit status is 1 (ctest: neon.HotLoopAudit). Reloads from the stack
          (values spilled before the loop, loaded again every iteration) are listed as notes.
-         With --assembler (a C compiler for aarch64 or an assembler), each kernel must also
-         assemble with -march of no more than the dispatcher checks before it runs the kernel's
-         level (LEVEL_MARCH): an instruction beyond it would fault on a CPU the level admits.
+         With --assembler (a C compiler for aarch64 or an assembler; --assembler-flag adds its
+         options, as clang's --target=aarch64-linux-gnu), each kernel must also assemble with
+         -march of no more than the dispatcher checks before it runs the kernel's level
+         (LEVEL_MARCH): an instruction beyond it would fault on a CPU the level admits.
   mca    llvm-mca (Debian's LLVM) estimates the cycles of one iteration of those hot loops on
          Neoverse-N1 and Apple M1; cycles per rotated head = cycles per iteration x iterations per
          head (head bytes / bytes stored per iteration). The table (head_dim 128 kernels, median
@@ -168,23 +169,26 @@ def read_kernels(build):
     listing = pathlib.Path(build) / "runtime" / "kernel_assembly.txt"
     if not listing.exists():
         raise SystemExit(f"{listing} not found: configure and build an aarch64 build first (cmake --workflow --preset aarch64)")
-    return [kernel_entry(*line.split(maxsplit=2)) for line in listing.read_text().splitlines()]
+    # Name, Halide target (unused: a kernel's level is in its name) and assembly file.
+    return [kernel_entry(name, assembly) for name, _, assembly in
+            (line.split(maxsplit=2) for line in listing.read_text().splitlines())]
 
 
-def kernel_entry(name, target, assembly):
+def kernel_entry(name, assembly):
     """A kernel of the list, its key read back from its name."""
     match = re.match(r"ropegen_(half|interleaved)_(cache|compat|precise)_d(\d+|any)_(f32|f16|bf16)(?:_large|_inplace)?__(\w+)$", name)
     if match is None:
         raise SystemExit(f"{name}: not a ropegen kernel name (ropegen_<style>_<source>_d<head_dim>_<dtype>[_large|_inplace]__<isa>)")
     style, source, head_dim, dtype, isa = match.groups()
-    return {"name": name, "target": target, "assembly": assembly, "style": style, "source": source,
+    return {"name": name, "assembly": assembly, "style": style, "source": source,
             "head_dim": head_dim, "dtype": dtype, "isa": isa}
 
 
-def beyond_level(kernel, assembler):
-    """Why the kernel does not assemble for its level's architecture ("" when it does)."""
-    march = LEVEL_MARCH[kernel["isa"]]
-    command = [assembler, f"-march={march}", "-c", "-o", os.devnull, kernel["assembly"]]
+def beyond_level(assembly, isa, assembler):
+    """Why the assembly of a kernel of level `isa` does not assemble for its level's architecture
+    ("" when it does). `assembler`: the command, with its options, that assembles aarch64."""
+    march = LEVEL_MARCH[isa]
+    command = [*assembler, f"-march={march}", "-c", "-o", os.devnull, str(assembly)]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode == 0:
         return ""
@@ -197,7 +201,7 @@ def audit(kernels, assembler=None):
     loops_checked = 0
     reloading = []
     for kernel in kernels:
-        if assembler and (problem := beyond_level(kernel, assembler)):
+        if assembler and (problem := beyond_level(kernel["assembly"], kernel["isa"], assembler)):
             print(f"FAIL {kernel['name']}: {problem}")
             failures += 1
         all_loops = read_loops(kernel["assembly"])
@@ -214,16 +218,17 @@ def audit(kernels, assembler=None):
             if loop.reloads() and kernel["name"] not in reloading:
                 reloading.append(kernel["name"])
                 print(f"note {kernel['name']}: its hot loops load from the stack, e.g. {loop.reloads()[:2]}")
-    assembled = f", each assembled for its level's architecture" if assembler else ""
+    assembled = ", each assembled for its level's architecture" if assembler else ""
     print(f"{len(kernels)} kernels{assembled}, {loops_checked} hot loops audited, {failures} problem(s); "
           f"{len(reloading)} kernel(s) with stack loads in a hot loop")
     return 1 if failures else 0
 
 
-def mca_cycles_per_iteration(loop, cpu, target, llvm_mca):
-    attributes = ["-mattr=+fullfp16"] if "arm_fp16" in target else []
+def mca_cycles_per_iteration(loop, cpu, llvm_mca):
+    # No -mattr: the CPU's own features. The kernels are built with Halide's arm_fp16 (LLVM's
+    # +fullfp16) but are ARMv8.0 code, which neon.HotLoopAudit checks by assembling them for armv8-a.
     body = loop.text()
-    result = subprocess.run([llvm_mca, "-mtriple=aarch64-linux-gnu", f"-mcpu={cpu}", *attributes, "-iterations=100",
+    result = subprocess.run([llvm_mca, "-mtriple=aarch64-linux-gnu", f"-mcpu={cpu}", "-iterations=100",
                              "-summary-view", "-instruction-info=0", "-resource-pressure=0"],
                             input=body, capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -247,7 +252,7 @@ def mca_table(kernels, llvm_mca):
                  str(round(statistics.median(len(loop.instructions) for loop in loops))),
                  str(round(statistics.median(loop.store_bytes() for loop in loops)))]
         for cpu, _ in MCA_CPUS:
-            per_head = [mca_cycles_per_iteration(loop, cpu, kernel["target"], llvm_mca) * head_bytes / loop.store_bytes()
+            per_head = [mca_cycles_per_iteration(loop, cpu, llvm_mca) * head_bytes / loop.store_bytes()
                         for loop in loops]
             cells.append(f"{statistics.median(per_head):.1f} ({min(per_head):.1f}-{max(per_head):.1f})")
         rows.append(cells)
@@ -275,15 +280,18 @@ def main():
     parser.add_argument("--assembly", nargs="+", type=pathlib.Path,
                         help="audit these files (named <kernel>.s) instead of a build's kernels")
     parser.add_argument("--assembler", help="audit: also assemble each kernel for its level (an aarch64 gcc, clang or as)")
+    parser.add_argument("--assembler-flag", action="append", default=[], metavar="FLAG",
+                        help="an option of --assembler, e.g. --assembler-flag=--target=aarch64-linux-gnu for a clang "
+                             "(repeatable; '=' keeps argparse from reading the flag as an option of its own)")
     args = parser.parse_args()
+    if args.assembler_flag and not args.assembler:
+        parser.error("--assembler-flag needs --assembler")
     if args.assembly:
-        # The Halide target of a level, as cmake/ropegen_kernels.py gives it.
-        targets = {"neon": "arm-64-linux-arm_fp16"}
-        kernels = [kernel_entry(path.stem, targets[path.stem.rsplit("__", 1)[-1]], str(path)) for path in args.assembly]
+        kernels = [kernel_entry(path.stem, str(path)) for path in args.assembly]
     else:
         kernels = read_kernels(args.build)
     if args.mode == "audit":
-        return audit(kernels, args.assembler)
+        return audit(kernels, [args.assembler, *args.assembler_flag] if args.assembler else None)
     table = mca_table(kernels, args.llvm_mca)
     if args.write_readme:
         write_readme(args.write_readme, table, "python3 bench/neon_asm.py mca --write-readme bench/README.md")

@@ -298,23 +298,25 @@ def staged_search(default, key, isa, measure, out_of_budget, judges=MEASURED_KNO
 def large_call_stage(default, tuned, tuned_m, key, isa, measure, from_bytes, judges=MEASURED_KNOBS):
     """The large-call kernel of a key (schedules' large_calls): the core grid with `tuned`'s
     layouts, judged on the shapes that move at least `from_bytes` alone (as `tuned_m` lists
-    them, or a first timing of `tuned` where it is None; only those shapes are timed), by
-    successive halving. Its winner must beat `tuned` there by LARGE_CALL_MIN_GAIN in two
-    confirmation runs. Returns (the large_calls entry, its Measurement, tuned's), or None when no
-    shape is that large or tuned serves those calls best."""
-    if tuned_m is None:
-        tuned_m = measure([tuned], REPS_SCREEN, "large-call shapes", from_bytes)[0] or Measurement({})
-    large = [s for s, info in tuned_m.shapes.items() if info["bytes"] >= from_bytes]
-    if not large:
-        return None
+    them, or a first timing of `tuned` where it is None, which the screen then counts as
+    tuned's; only those shapes are timed), by successive halving. Its winner must beat `tuned`
+    there by LARGE_CALL_MIN_GAIN in two confirmation runs. Returns (the large_calls entry, its
+    Measurement, tuned's), or None when no shape is that large or tuned serves those calls best."""
 
     def large_calls(pool, reps, stage):  # times those shapes alone
         return measure(pool, reps, f"large-call {stage}", from_bytes)
 
     tuned = canonical(tuned)
+    screened = []  # the screen's timings taken already: tuned's first one, where it finds the large shapes
+    if tuned_m is None:
+        # tuned alone first: where no shape is that large, the pool's candidates are not built for nothing.
+        screened = large_calls([tuned], REPS_SCREEN, "shapes")
+        tuned_m = screened[0] or Measurement({})
+    if not any(info["bytes"] >= from_bytes for info in tuned_m.shapes.values()):
+        return None
     pool = [tuned] + [p for p in (with_core(tuned, core) for core in core_candidates(key, isa, default, judges))
                       if p != tuned]
-    best = _halving(pool, large_calls)
+    best = _halving(pool, large_calls, screened)
     confirmed = best not in (None, tuned) and _beats_twice(tuned, best, large_calls, LARGE_CALL_MIN_GAIN)
     if not confirmed:
         return None
@@ -479,11 +481,13 @@ def confirm(default, contenders, measure):
     return pool[best], best_m, default_m
 
 
-def _halving(pool, measure):
+def _halving(pool, measure, screened=()):
     """Successive halving: every candidate of `pool` a few repetitions, the best third (three at
-    least) again with more. The best finalist, or None where no shape was timed (every call of
-    the stage out of the sizes measured)."""
-    screened = measure(pool, REPS_SCREEN, "knobs")
+    least) again with more; `screened`: those repetitions of the pool's first candidates, taken
+    already. The best finalist, or None where no shape was timed (every call of the stage out of
+    the sizes measured)."""
+    unscreened = pool[len(screened):]
+    screened = [*screened, *(measure(unscreened, REPS_SCREEN, "knobs") if unscreened else [])]
     if not any(m is not None and m.shapes for m in screened):
         return None
     ranked = _ranked(pool, screened)
@@ -663,6 +667,12 @@ class ModelledBench(Workbench):
         self.method = f"modelled (llvm-mca -mcpu={mca_cpu})"
         super().__init__(build, family, isa, jobs, log)
         self.scores = {}
+        # The aarch64 build's C compiler (cmake/toolchains/aarch64-linux-gnu.cmake), for the audit's
+        # check that a candidate assembles for its level's architecture.
+        self.assembler = shutil.which("aarch64-linux-gnu-gcc")
+        if self.assembler is None:
+            log("rope_tune: no aarch64-linux-gnu-gcc: candidates are not assembled for their level's architecture "
+                "here, only by the aarch64 build's neon.HotLoopAudit\n")
 
     def tools(self):
         return [self.generator, self.llvm_mca]
@@ -689,9 +699,12 @@ class ModelledBench(Workbench):
                 if not loops:
                     raise SystemExit(f"rope_tune: no rotation hot loop found in {assembly}")
                 # The check of a candidate that cannot run here: the NEON audit's (vector code,
-                # no spills, ld2/st2 for the interleaved style), which the aarch64 build enforces.
+                # no spills, ld2/st2 for the interleaved style, no instruction beyond its level),
+                # which the aarch64 build enforces.
                 problems = [f"{loop.function}: {problem}" for loop in loops
                             for problem in loop.problems(key["style"] == "interleaved")]
+                if self.assembler and (beyond := neon_asm.beyond_level(assembly, self.isa, [self.assembler])):
+                    problems.insert(0, beyond)
                 if problems:
                     self.log(f"\nrope_tune: {key_id(key)} candidate {json.dumps(params)} fails the NEON audit: "
                              f"{problems[0]}\n")
@@ -700,7 +713,7 @@ class ModelledBench(Workbench):
                     self.scores[assembly] = ModelledMeasurement({
                         f"{loop.function}/{loop.header}": {
                             "layout": "model", "bytes": 0, "memcpy_ns": 1.0, "spread": 0.0,
-                            "ns": neon_asm.mca_cycles_per_iteration(loop, self.mca_cpu, self.target, str(self.llvm_mca))
+                            "ns": neon_asm.mca_cycles_per_iteration(loop, self.mca_cpu, str(self.llvm_mca))
                             * head_bytes / loop.store_bytes()}
                         for loop in loops})
             measurements.append(self.scores[assembly])

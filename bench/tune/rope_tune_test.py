@@ -246,6 +246,20 @@ class LargeCallTest(unittest.TestCase):
         (_, _, large), (_, _, sibling) = rk.call_classes(KEY, {**tuned, rk.LARGE_CALLS: entry})
         self.assertEqual((large, sibling), ({**tuned, **{k: v for k, v in entry.items() if k != "from_bytes"}}, tuned))
 
+    def test_the_first_timing_of_the_keys_kernel_is_its_screen(self):
+        # --large-calls-only (tuned_m None) times tuned once to find the large shapes; the screen
+        # counts that timing as tuned's and times the others: as many timed as with tuned_m given.
+        default, landscape = default_params(), LargeLandscape()
+        tuned, tuned_m, _ = rt.staged_search(default, KEY, ISA, landscape.measure, lambda: False)
+        found, screened = [], []
+        for known in (tuned_m, None):
+            landscape.calls.clear()
+            found.append(rt.large_call_stage(default, tuned, known, KEY, ISA, landscape.measure, 1 << 29))
+            screened.append(sum(size for size, reps, _ in landscape.calls if reps == rt.REPS_SCREEN))
+        self.assertEqual(found[0][0], found[1][0])
+        self.assertEqual(screened[0], screened[1])
+        self.assertEqual([size for size, _, stage in landscape.calls[:2]], [1, screened[1] - 1])
+
     def test_none_without_a_large_shape_or_a_win(self):
         default, landscape = default_params(), LargeLandscape()
         tuned, tuned_m, _ = rt.staged_search(default, KEY, ISA, landscape.measure, lambda: False)

@@ -8,6 +8,8 @@
 #include <HalideRuntimeCuda.h>
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <sstream>
@@ -305,6 +307,30 @@ RangeCheck check_range(const cuda::Driver &d, const MemoryRange &range, void *co
     return c;
 }
 
+// The compute capability (major * 10 + minor) of each device ordinal asked for so far, 0 before:
+// a device's never changes, and asking the driver costs a call two queries.
+constexpr int kCapabilitiesKept = 64;
+std::atomic<int> g_capabilities[kCapabilitiesKept];
+
+cuda::Result compute_capability(const cuda::Driver &d, cuda::Device device, int *capability) {
+    const bool kept = device >= 0 && device < kCapabilitiesKept;
+    if (kept && (*capability = g_capabilities[device].load(std::memory_order_relaxed)) != 0) {
+        return cuda::kSuccess;
+    }
+    int major = 0, minor = 0;
+    cuda::Result result = d.device_get_attribute(&major, cuda::kComputeCapabilityMajor, device);
+    if (result == cuda::kSuccess) {
+        result = d.device_get_attribute(&minor, cuda::kComputeCapabilityMinor, device);
+    }
+    if (result == cuda::kSuccess) {
+        *capability = major * 10 + minor;
+        if (kept) {
+            g_capabilities[device].store(*capability, std::memory_order_relaxed);
+        }
+    }
+    return result;
+}
+
 }  // namespace
 
 rope_status prepare_cuda_call(const ValidCall &call, CudaTarget *target, std::string *message) {
@@ -329,7 +355,6 @@ rope_status prepare_cuda_call(const ValidCall &call, CudaTarget *target, std::st
         return ROPE_ERR_DEVICE;
     }
 
-    int major = 0, minor = 0;
     cuda::Device device = 0;
     const std::vector<MemoryRange> ranges = memory_ranges(call);
     const MemoryRange *bad_range = nullptr;
@@ -337,20 +362,26 @@ rope_status prepare_cuda_call(const ValidCall &call, CudaTarget *target, std::st
     const cuda::Result r = with_context(d, target->context, [&] {
         cuda::Result result = d.ctx_get_device(&device);
         if (result == cuda::kSuccess) {
-            result = d.device_get_attribute(&major, cuda::kComputeCapabilityMajor, device);
+            result = compute_capability(d, device, &target->capability);
         }
-        if (result == cuda::kSuccess) {
-            result = d.device_get_attribute(&minor, cuda::kComputeCapabilityMinor, device);
-        }
+        // The bytes checked so far, [first, end): a view inside them is not looked up again (q and
+        // k of one packed QKV buffer, in place q_out = q and k_out = k, cos and sin of one table),
+        // which halves the driver's pointer queries of an engine's decode step.
+        std::vector<std::pair<cuda::DevicePointer, cuda::DevicePointer>> checked;
         for (const MemoryRange &range : ranges) {
             if (result != cuda::kSuccess) {
                 break;
+            }
+            if (std::any_of(checked.begin(), checked.end(),
+                            [&](const auto &span) { return span.first <= range.first && range.last < span.second; })) {
+                continue;
             }
             check = check_range(d, range, target->context, device);
             if (check.problem != RangeProblem::None) {
                 bad_range = &range;
                 break;
             }
+            checked.emplace_back(check.start, check.start + check.size);
         }
         return result;
     });
@@ -359,7 +390,6 @@ rope_status prepare_cuda_call(const ValidCall &call, CudaTarget *target, std::st
         *message = why.str();
         return ROPE_ERR_DEVICE;
     }
-    target->capability = major * 10 + minor;
     if (bad_range != nullptr && check.problem == RangeProblem::DriverFailed) {
         why << "the driver could not look up " << bad_range->name << "=" << reinterpret_cast<void *>(bad_range->first)
             << " (cuMemGetAddressRange/cuPointerGetAttribute: " << result_name(check.result) << ")";

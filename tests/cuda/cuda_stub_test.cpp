@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -73,25 +74,66 @@ const void *&pointer(rope_params &p, const std::string &name) {
     return none;
 }
 
+/// How DeviceCall places a call's ranges in stub device memory.
+enum class Placement {
+    Apart,        ///< an allocation each
+    AsAnEngine,   ///< ranges that overlap in host memory (the views of one packed QKV buffer, in
+                  ///< place) in one allocation at their offsets there; the cos and sin tables side
+                  ///< by side in another (vLLM's cos_sin_cache); the positions in a third
+};
+
 /// `call`'s arguments with every range it touches copied into stub device memory of the current
 /// context.
 struct DeviceCall {
     rope_params params;
     std::vector<std::pair<std::string, size_t>> ranges;  // by name, their sizes
+    int allocations = 0;
 
-    explicit DeviceCall(const RopeCall &call) : params(call.params()) {
+    explicit DeviceCall(const RopeCall &call, Placement placement = Placement::Apart) : params(call.params()) {
         ValidCall valid;
         std::string message;
         EXPECT_EQ(validate(&params, &valid, &message), ROPE_OK) << message;
-        const auto alloc = stub<int (*)(DevicePointer *, size_t)>("cuMemAlloc_v2");
+        // Groups of ranges that share an allocation, each range with its offset there.
+        std::vector<std::vector<std::pair<MemoryRange, size_t>>> groups;
+        std::vector<size_t> group_bytes;
+        auto table = [](const MemoryRange &r) { return std::string(r.name).rfind("angles.", 0) == 0; };
         for (const MemoryRange &range : memory_ranges(valid)) {
-            const size_t bytes = range.last - range.first + 1;
-            DevicePointer address = 0;
-            EXPECT_EQ(alloc != nullptr ? alloc(&address, bytes) : -1, 0) << range.name;
-            std::memcpy(reinterpret_cast<void *>(address), reinterpret_cast<const void *>(range.first), bytes);
-            pointer(params, range.name) = reinterpret_cast<void *>(address);
-            ranges.push_back({range.name, bytes});
+            ranges.push_back({range.name, range.last - range.first + 1});
+            size_t g = 0;
+            for (; placement == Placement::AsAnEngine && g < groups.size(); g++) {
+                const MemoryRange &member = groups[g].front().first;
+                if ((range.first <= member.last && member.first <= range.last) || (table(range) && table(member))) {
+                    break;
+                }
+            }
+            if (g == groups.size()) {
+                groups.emplace_back();
+                group_bytes.push_back(0);
+            }
+            // At the same distance from a member it overlaps as in host memory (the group's first
+            // range starts lowest in the layouts used); else after the group's last byte.
+            size_t offset = group_bytes[g];
+            for (const auto &[member, at] : groups[g]) {
+                if (range.first <= member.last && member.first <= range.last) {
+                    EXPECT_GE(range.first, member.first) << range.name << " starts before " << member.name;
+                    offset = at + (range.first - member.first);
+                    break;
+                }
+            }
+            groups[g].push_back({range, offset});
+            group_bytes[g] = std::max(group_bytes[g], offset + ranges.back().second);
         }
+        const auto alloc = stub<int (*)(DevicePointer *, size_t)>("cuMemAlloc_v2");
+        for (size_t g = 0; g < groups.size(); g++) {
+            DevicePointer address = 0;
+            EXPECT_EQ(alloc != nullptr ? alloc(&address, group_bytes[g]) : -1, 0) << groups[g].front().first.name;
+            for (const auto &[range, offset] : groups[g]) {
+                std::memcpy(reinterpret_cast<void *>(address + offset), reinterpret_cast<const void *>(range.first),
+                            range.last - range.first + 1);
+                pointer(params, range.name) = reinterpret_cast<void *>(address + offset);
+            }
+        }
+        allocations = static_cast<int>(groups.size());
         params.device = ROPE_DEVICE_CUDA;
     }
 
@@ -296,6 +338,60 @@ TEST(CudaStubDriver, AViewCrossesFromOneAllocationIntoTheNextOnlyBetweenVmmChunk
             EXPECT_TRUE(device.unchanged(call));
         }
     }
+}
+
+/// Address lookups and device attribute queries so far in this process.
+int address_lookups() {
+    return stub<int (*)()>("ropegen_stub_address_lookups")();
+}
+
+int device_queries() {
+    return stub<int (*)()>("ropegen_stub_device_queries")();
+}
+
+// A decode step as an engine lays it out (q and k views of one packed QKV buffer rotated in place,
+// one cos/sin table, the positions) costs a driver lookup per allocation, not per view, and the
+// device's compute capability is asked for once.
+TEST(CudaStubDriver, TheViewsOfOneAllocationAreLookedUpOnce) {
+    CaseSpec spec = q_only_cache_case();
+    spec.k_heads = 2;
+    spec.memory = Memory::PackedQkvInPlace;
+    spec.positions.mode = PositionMode::Table;
+    spec.positions.values = {4, 9, 1, 7, 3, 8, 2, 6, 5, 0};
+    RopeCall call(spec);
+    DeviceCall device(call, Placement::AsAnEngine);
+    ASSERT_EQ(device.ranges.size(), 7u);  // q, k, q_out, k_out, positions, cos, sin
+    ASSERT_EQ(device.allocations, 3);
+    rope_report report = rope_report_init();
+    ASSERT_EQ(rope_dispatch(&device.params, &report), ROPE_OK) << report.message;
+    const int lookups = address_lookups(), queries = device_queries();
+    ASSERT_EQ(rope_dispatch(&device.params, &report), ROPE_OK) << report.message;
+    EXPECT_EQ(address_lookups() - lookups, device.allocations);
+    EXPECT_EQ(device_queries() - queries, 0);
+}
+
+// A view that begins inside bytes an earlier view of the call had checked and runs past their
+// allocation is looked up on its own, and refused.
+TEST(CudaStubDriver, AViewRunningOutOfAnAllocationCheckedForAnotherIsRefused) {
+    CaseSpec spec = q_only_cache_case();
+    spec.k_heads = 2;
+    RopeCall call(spec);
+    DeviceCall device(call);
+    ASSERT_EQ(device.ranges[0].first, "q");
+    ASSERT_EQ(device.ranges[1].first, "k");
+    const size_t q_bytes = device.ranges[0].second, k_bytes = device.ranges[1].second;
+    DevicePointer qk = 0;  // q, then the first half of k
+    ASSERT_EQ(stub<int (*)(DevicePointer *, size_t)>("cuMemAlloc_v2")(&qk, q_bytes + k_bytes / 2), 0);
+    std::memcpy(reinterpret_cast<void *>(qk), device.params.q.data, q_bytes);
+    rope_params p = device.params;
+    p.q.data = reinterpret_cast<void *>(qk);
+    p.k.data = reinterpret_cast<void *>(qk + q_bytes);
+    const int before = launches();
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_dispatch(&p, &report), ROPE_ERR_BAD_POINTER) << report.message;
+    EXPECT_NE(std::string(report.message).find("k="), std::string::npos) << report.message;
+    EXPECT_NE(std::string(report.message).find("run past the end of its allocation"), std::string::npos) << report.message;
+    EXPECT_EQ(launches(), before);
 }
 
 // The kernels index the positions with 32 bits: a table whose batch and seq spans each fit but

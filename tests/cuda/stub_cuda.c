@@ -6,7 +6,8 @@
 // with the context current at the time, and that cuMemGetAddressRange_v2 and cuPointerGetAttribute
 // answer for, as for the chunks cuMemMap maps into a range cuMemAddressReserve reserved (memory
 // of no context, as VMM memory is). Modules load without compiling anything and launches run nothing: they are counted
-// (ropegen_stub_launches), as are module unloads (ropegen_stub_unloads). ROPEGEN_STUB_CUDA_FAIL
+// (ropegen_stub_launches), as are module unloads (ropegen_stub_unloads), address lookups
+// (ropegen_stub_address_lookups) and device attribute queries (ropegen_stub_device_queries). ROPEGEN_STUB_CUDA_FAIL
 // picks a failure: "cuInit" (no device: as with CUDA_VISIBLE_DEVICES=""), "cuModuleLoadDataEx"
 // (out of device memory, as when the module does not fit), "cuLaunchKernel" (out of resources, as
 // for a block asking too much shared memory) or "cuPointerGetAttribute" (a driver shutting down).
@@ -49,6 +50,8 @@ static struct Allocation g_allocations[kMaxAllocations];
 static int g_allocation_count = 0;
 static int g_launches = 0;
 static int g_unloads = 0;
+static int g_address_lookups = 0;
+static int g_device_queries = 0;
 static int g_module;  // the one module's handle
 static unsigned long long g_handles = 0;  // cuMemCreate's handles so far
 
@@ -73,6 +76,14 @@ int ropegen_stub_launches(void) {
 
 int ropegen_stub_unloads(void) {
     return g_unloads;
+}
+
+int ropegen_stub_address_lookups(void) {
+    return g_address_lookups;
+}
+
+int ropegen_stub_device_queries(void) {
+    return g_device_queries;
 }
 
 // An ordinary allocation of the current context at `address` (in a range cuMemAddressReserve
@@ -178,6 +189,7 @@ CUresult cuCtxGetDevice(int *device) {
 
 CUresult cuDeviceGetAttribute(int *value, int attribute, int device) {
     (void)device;
+    g_device_queries++;
     *value = attribute == 75 ? 8 : attribute == 76 ? 6 : 0;  // compute capability 8.6
     return kSuccess;
 }
@@ -238,6 +250,7 @@ CUresult cuMemRelease(unsigned long long handle) {
 }
 
 CUresult cuMemGetAddressRange_v2(CUdeviceptr *start, size_t *size, CUdeviceptr p) {
+    g_address_lookups++;
     const struct Allocation *a = find(p);
     if (a == NULL) {
         return kInvalidValue;  // the driver's answer for host memory

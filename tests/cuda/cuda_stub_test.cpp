@@ -97,12 +97,14 @@ struct DeviceCall {
         std::vector<std::vector<std::pair<MemoryRange, size_t>>> groups;
         std::vector<size_t> group_bytes;
         auto table = [](const MemoryRange &r) { return std::string(r.name).rfind("angles.", 0) == 0; };
+        auto overlap = [](const MemoryRange &a, const MemoryRange &b) { return a.first <= b.last && b.first <= a.last; };
         for (const MemoryRange &range : memory_ranges(valid)) {
             ranges.push_back({range.name, range.last - range.first + 1});
             size_t g = 0;
             for (; placement == Placement::AsAnEngine && g < groups.size(); g++) {
-                const MemoryRange &member = groups[g].front().first;
-                if ((range.first <= member.last && member.first <= range.last) || (table(range) && table(member))) {
+                if (std::any_of(groups[g].begin(), groups[g].end(), [&](const auto &member) {
+                        return overlap(range, member.first) || (table(range) && table(member.first));
+                    })) {
                     break;
                 }
             }
@@ -114,7 +116,7 @@ struct DeviceCall {
             // range starts lowest in the layouts used); else after the group's last byte.
             size_t offset = group_bytes[g];
             for (const auto &[member, at] : groups[g]) {
-                if (range.first <= member.last && member.first <= range.last) {
+                if (overlap(range, member)) {
                     EXPECT_GE(range.first, member.first) << range.name << " starts before " << member.name;
                     offset = at + (range.first - member.first);
                     break;

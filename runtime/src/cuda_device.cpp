@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -169,6 +170,7 @@ int get_stream(void *user_context, void *, void **stream) {
 std::vector<MemoryRange> memory_ranges(const ValidCall &call) {
     const rope_params &p = call.params;
     std::vector<MemoryRange> ranges;
+    ranges.reserve(kMaxMemoryRanges);
     const struct {
         const char *name;
         const rope_tensor *tensor;
@@ -367,12 +369,13 @@ rope_status prepare_cuda_call(const ValidCall &call, CudaTarget *target, std::st
         // The bytes checked so far, [first, end): a view inside them is not looked up again (q and
         // k of one packed QKV buffer, in place q_out = q and k_out = k, cos and sin of one table),
         // which halves the driver's pointer queries of an engine's decode step.
-        std::vector<std::pair<cuda::DevicePointer, cuda::DevicePointer>> checked;
+        std::array<std::pair<cuda::DevicePointer, cuda::DevicePointer>, kMaxMemoryRanges> checked;
+        size_t checked_count = 0;
         for (const MemoryRange &range : ranges) {
             if (result != cuda::kSuccess) {
                 break;
             }
-            if (std::any_of(checked.begin(), checked.end(),
+            if (std::any_of(checked.begin(), checked.begin() + checked_count,
                             [&](const auto &span) { return span.first <= range.first && range.last < span.second; })) {
                 continue;
             }
@@ -381,7 +384,9 @@ rope_status prepare_cuda_call(const ValidCall &call, CudaTarget *target, std::st
                 bad_range = &range;
                 break;
             }
-            checked.emplace_back(check.start, check.start + check.size);
+            if (checked_count < checked.size()) {  // a range beyond the count is only looked up again
+                checked[checked_count++] = {check.start, check.start + check.size};
+            }
         }
         return result;
     });

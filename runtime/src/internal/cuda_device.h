@@ -30,6 +30,8 @@ struct MemoryRange {
     const char *name;  ///< "q", "k", "q_out", "k_out", "positions.data", "angles.cos_cache", "angles.sin_cache"
     uintptr_t first, last;
 };
+/// The most ranges a call has: one per name above.
+constexpr size_t kMaxMemoryRanges = 7;
 
 /// Every range `call` touches (views without elements touch nothing).
 std::vector<MemoryRange> memory_ranges(const ValidCall &call);

@@ -69,23 +69,23 @@ struct Target {
 };
 
 const KernelEntry *select_kernel(const ValidCall &call, const Target &target) {
-    size_t count = 0;
     const bool cuda = target.device == ROPE_DEVICE_CUDA;
-    const KernelEntry *table = cuda ? cuda_kernel_table(&count) : kernel_table(&count);
-    const KernelEntry *end = table + count;
-    // The CPU table lists the best ISA first: the levels above the call's are skipped in one
-    // search, not entry by entry (on an AVX2 CPU, stepping over the 72 AVX-512 entries took about
-    // a fifth of a one-token call).
-    const KernelEntry *first =
-        cuda ? table : std::partition_point(table, end, [&](const KernelEntry &k) { return k.isa > target.max_isa; });
-    // The key first: vectors_aligned divides a dozen strides, and a CUDA call passes over the
-    // entries of other head_dims, dtypes and sources before its own (testing alignment first cost
-    // a decode call 0.5-0.7 us on the host of a lent H100, bench/README.md).
-    for (const KernelEntry *kernel = first; kernel != end; kernel++) {
-        if (kernel_matches(*kernel, call.params) &&
-            (cuda ? kernel->cuda_capability <= target.capability && vectors_aligned(*kernel, call)
-                  : pair_words_fit(*kernel, call.params) && call_class_fits(*kernel, call.params))) {
-            return kernel;
+    const KernelIndex &index = cuda ? cuda_kernel_index() : kernel_index();
+    const int max_level = cuda ? target.capability : static_cast<int>(target.max_isa);
+    const rope_params &p = call.params;
+    // Only the call's key at each level it may use, best first: scanning the table up to its
+    // key cost a decode call up to 70 ns on a Zen 3, and testing a CUDA entry's alignment before
+    // its key 0.5-0.7 us on the host of a lent H100 (bench/README.md).
+    for (int level = 0; level < index.levels; level++) {
+        if (index.level[level] > max_level) {
+            continue;
+        }
+        const KernelRun &run = index.runs[level][p.style][p.angles.source][p.q.dtype];
+        for (const KernelEntry *kernel = run.begin; kernel != run.end; kernel++) {
+            if (kernel_matches(*kernel, p) && (cuda ? vectors_aligned(*kernel, call)
+                                                    : pair_words_fit(*kernel, p) && call_class_fits(*kernel, p))) {
+                return kernel;
+            }
         }
     }
     return nullptr;

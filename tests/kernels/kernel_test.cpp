@@ -13,6 +13,8 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "internal/inv_freq_cache.h"
@@ -710,13 +712,36 @@ TEST(KernelTable, EveryKeyHasAnAnyHeadDimKernel) {
     }
 }
 
-TEST(KernelTable, BestIsaFirst) {
-    const std::vector<const KernelEntry *> kernels = all_kernels();
-    for (size_t i = 1; i < kernels.size(); i++) {
-        EXPECT_GE(kernels[i - 1]->isa, kernels[i]->isa) << kernels[i - 1]->name << " before " << kernels[i]->name;
-        if (kernels[i - 1]->isa == kernels[i]->isa && kernels[i]->head_dim != 0) {
-            EXPECT_NE(kernels[i - 1]->head_dim, 0) << "fixed head_dim kernel " << kernels[i]->name
-                                                   << " after an any-head_dim one of the same ISA";
+// The dispatcher looks, level by level from the best, at the entries of the call's key
+// (kernel_index) and takes the first that fits: levels must come best first, a key's fixed
+// head_dim kernels before its any-head_dim one, and a key's entries together, or its run would
+// span other keys' entries. KernelChoice.EveryKeyPicksItsKernel checks the choices against a scan.
+TEST(KernelTable, InTheOrderTheDispatcherSearches) {
+    auto level_and_key = [](const KernelEntry &k) { return std::tuple(kernel_level(k), k.style, k.source, k.dtype); };
+    for (const std::vector<const KernelEntry *> &kernels : {all_kernels(), all_cuda_kernels()}) {
+        std::set<std::tuple<int, rope_style, rope_source, rope_dtype>> passed;
+        for (size_t i = 1; i < kernels.size(); i++) {
+            const KernelEntry &before = *kernels[i - 1], &kernel = *kernels[i];
+            EXPECT_GE(kernel_level(before), kernel_level(kernel)) << before.name << " before " << kernel.name;
+            if (level_and_key(before) != level_and_key(kernel)) {
+                passed.insert(level_and_key(before));
+                EXPECT_EQ(passed.count(level_and_key(kernel)), 0u) << kernel.name << " lies apart from its key";
+            } else if (kernel.head_dim != 0) {
+                EXPECT_NE(before.head_dim, 0) << "fixed head_dim kernel " << kernel.name
+                                              << " after the any-head_dim one of its key";
+            }
+        }
+    }
+}
+
+TEST(KernelTable, TheIndexHoldsEveryKernelUnderItsLevelAndKey) {
+    for (const auto &[kernels, index] : {std::pair{all_kernels(), &kernel_index()},
+                                         std::pair{all_cuda_kernels(), &cuda_kernel_index()}}) {
+        for (const KernelEntry *k : kernels) {
+            const int *level = std::find(index->level, index->level + index->levels, kernel_level(*k));
+            ASSERT_NE(level, index->level + index->levels) << k->name << ": its level is not indexed";
+            const KernelRun &run = index->runs[level - index->level][k->style][k->source][k->dtype];
+            EXPECT_TRUE(run.begin <= k && k < run.end) << k->name << " lies outside its key's run";
         }
     }
 }

@@ -56,12 +56,36 @@ struct KernelEntry {
     bool in_place_calls = false;
 };
 
-/// Every CPU kernel the build emitted, best ISA first and, within an ISA, fixed head_dims first.
+/// Every CPU kernel the build emitted, best ISA first; within an ISA the entries of a key (style,
+/// source, dtype) lie together, fixed head_dims first.
 const KernelEntry *kernel_table(size_t *count);
 
-/// Every CUDA kernel the build emitted (none without CUDA), newest capability first and, within
-/// one, fixed head_dims first.
+/// Every CUDA kernel the build emitted (none without CUDA), newest capability first; within one,
+/// as in kernel_table.
 const KernelEntry *cuda_kernel_table(size_t *count);
+
+/// The level an entry runs at: its ISA, or for a CUDA kernel its compute capability.
+constexpr int kernel_level(const KernelEntry &kernel) {
+    return kernel.cuda_capability != 0 ? kernel.cuda_capability : kernel.isa;
+}
+
+/// Consecutive entries of a table: [begin, end).
+struct KernelRun {
+    const KernelEntry *begin = nullptr;
+    const KernelEntry *end = nullptr;
+};
+
+/// A table's entries by level and key, built with the table at compile time, so that the
+/// dispatcher looks only at the few entries of a call's key instead of scanning the table.
+struct KernelIndex {
+    static constexpr int kMaxLevels = 4;
+    int levels = 0;
+    int level[kMaxLevels] = {};  ///< in table order, best first
+    KernelRun runs[kMaxLevels][2][3][3] = {};  ///< [level][style][source][dtype]
+};
+
+const KernelIndex &kernel_index();
+const KernelIndex &cuda_kernel_index();
 
 /// Bytes of one element of `dtype` (f32: 4; f16, bf16: 2).
 inline size_t dtype_bytes(rope_dtype dtype) {
@@ -93,8 +117,8 @@ struct CpuFeature {
 std::vector<CpuFeature> cpu_features();
 
 /// True when `kernel` computes what `params` asks (same key and head_dim); where it may run (CPU
-/// level, GPU, alignment) is not considered. Inline: the dispatcher asks it of every table entry
-/// it passes on each call.
+/// level, GPU, alignment) is not considered. Inline: the dispatcher asks it of each entry of the
+/// call's key on each call.
 inline bool kernel_matches(const KernelEntry &kernel, const rope_params &params) {
     // A fixed head_dim kernel rotates whole heads; partial rotary takes the any-head_dim kernel.
     const bool whole_heads = params.rotary_dim == 0 || params.rotary_dim == params.q.sizes[3];

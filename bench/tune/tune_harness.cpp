@@ -61,7 +61,7 @@ using namespace ropegen::test;
 // schedules, and a schedule level with another out of place can take 1.5x its time in place.
 // Prefills of 512 tokens fit a 32 MiB L3 (about 20 MiB moved in f32); the 4096-token one (about
 // 160 MiB) streams from DRAM, where vector widths rank otherwise than in cache (256-bit beat
-// 512-bit by 10-20% on a Zen 4 VM, bench/README.md). The calls in place (--in-place 1): the BSHD
+// 512-bit by 10-20% on a Zen 4 VM, bench/JOURNAL.md). The calls in place (--in-place 1): the BSHD
 // decode step and two 512-token prefills, BSHD and BHSD.
 struct TimedShape {
     const char *name;

@@ -734,6 +734,8 @@ TEST(KernelTable, InTheOrderTheDispatcherSearches) {
     }
 }
 
+// Every kernel lies in its level's and key's run, and the runs hold nothing else (an entry
+// beyond the table, such as the CUDA table's empty end marker, would add to their length).
 TEST(KernelTable, TheIndexHoldsEveryKernelUnderItsLevelAndKey) {
     for (const auto &[kernels, index] : {std::pair{all_kernels(), &kernel_index()},
                                          std::pair{all_cuda_kernels(), &cuda_kernel_index()}}) {
@@ -743,6 +745,17 @@ TEST(KernelTable, TheIndexHoldsEveryKernelUnderItsLevelAndKey) {
             const KernelRun &run = index->runs[level - index->level][k->style][k->source][k->dtype];
             EXPECT_TRUE(run.begin <= k && k < run.end) << k->name << " lies outside its key's run";
         }
+        size_t indexed = 0;
+        for (int level = 0; level < index->levels; level++) {
+            for (const auto &by_source : index->runs[level]) {
+                for (const auto &by_dtype : by_source) {
+                    for (const KernelRun &run : by_dtype) {
+                        indexed += static_cast<size_t>(run.end - run.begin);
+                    }
+                }
+            }
+        }
+        EXPECT_EQ(indexed, kernels.size());
     }
 }
 

@@ -655,8 +655,10 @@ void bm_rope(benchmark::State &state, const Case &c, bool in_place, Entry entry 
 }
 
 // The fixed cost of one call: validation and kernel choice (query), plus running a kernel on
-// one token of one 64-lane head, on the calling thread.
-enum class CallKind { Query, Dispatch, DispatchWithReport, RunKernel };
+// one token of one 64-lane head, on the calling thread. rope_dispatch repeats a call whose
+// rope_params repeat the thread's last from a plan (runtime/src/dispatch.cpp, LastCall):
+// rope_dispatch_alternating alternates two outputs, so that no call repeats the one before.
+enum class CallKind { Query, Dispatch, DispatchWithReport, DispatchAlternating, RunKernel };
 struct CallInfo {
     CallKind kind;
     const char *name;
@@ -664,6 +666,7 @@ struct CallInfo {
 constexpr CallInfo kCalls[] = {{CallKind::Query, "rope_query"},
                                {CallKind::Dispatch, "rope_dispatch"},
                                {CallKind::DispatchWithReport, "rope_dispatch_report"},
+                               {CallKind::DispatchAlternating, "rope_dispatch_alternating"},
                                {CallKind::RunKernel, "run_kernel"}};
 
 const ropegen::KernelEntry *find_kernel(const char *name) {
@@ -679,7 +682,7 @@ const ropegen::KernelEntry *find_kernel(const char *name) {
 
 void bm_call(benchmark::State &state, CallKind kind) {
     constexpr int64_t kHeadDim = 64, kPairs = kHeadDim / 2, kRows = 8;
-    std::vector<float> q(kHeadDim, 0.5f), q_out(kHeadDim), table(kRows * kPairs, 0.25f);
+    std::vector<float> q(kHeadDim, 0.5f), q_out(kHeadDim), other_q_out(kHeadDim), table(kRows * kPairs, 0.25f);
     rope_params params = rope_params_init();
     params.style = ROPE_STYLE_HALF;
     for (auto [tensor, data] : {std::pair{&params.q, q.data()}, std::pair{&params.q_out, q_out.data()}}) {
@@ -702,6 +705,8 @@ void bm_call(benchmark::State &state, CallKind kind) {
         return;
     }
     state.SetLabel(report.kernel);
+    rope_params other_params = params;
+    other_params.q_out.data = other_q_out.data();
     const ropegen::KernelEntry *kernel = find_kernel(report.kernel);
     if (kind == CallKind::RunKernel && kernel == nullptr) {
         state.SkipWithError("the kernel named by rope_query is not in kernel_table()");
@@ -718,6 +723,10 @@ void bm_call(benchmark::State &state, CallKind kind) {
             break;
         case CallKind::DispatchWithReport:
             status = rope_dispatch(&params, &report);
+            break;
+        case CallKind::DispatchAlternating:
+            std::swap(params, other_params);
+            status = rope_dispatch(&params, nullptr);
             break;
         case CallKind::RunKernel:
             status = ropegen::run_kernel(*kernel, &params, nullptr);

@@ -122,6 +122,7 @@ void install_allocator() {
 std::atomic<unsigned> g_pool_size_generation{0};     // bumped by rope_set_num_threads
 std::atomic<unsigned> g_pool_started_generation{~0u};  // the size the empty loop last ran at
 std::atomic<int> g_thread_start_error{0};            // errno of a worker that could not start, unreported
+std::atomic<unsigned> g_settings_generation{0};      // see settings_generation()
 
 int empty_task(void *, int, uint8_t *) {
     return 0;
@@ -329,6 +330,14 @@ bool engine_runner_set() {
     return g_runner.get().run != nullptr;
 }
 
+unsigned settings_generation() {
+    return g_settings_generation.load(std::memory_order_acquire);
+}
+
+void settings_changed() {
+    g_settings_generation.fetch_add(1, std::memory_order_acq_rel);
+}
+
 int library_threads() {
     const tsan::PoolScope in_pool;  // takes the pool's lock
     return halide_get_num_threads();
@@ -508,10 +517,12 @@ extern "C" rope_status rope_set_num_threads(int n) {
         halide_set_num_threads(n);
     }
     ropegen::g_pool_size_generation.fetch_add(1, std::memory_order_acq_rel);  // it may have to grow
+    ropegen::settings_changed();
     return ROPE_OK;
 }
 
 extern "C" void rope_set_parallel_runner(rope_parallel_for_fn run, void *pool) {
     ropegen::ensure_initialized();
     ropegen::g_runner.set({run, run != nullptr ? pool : nullptr});
+    ropegen::settings_changed();
 }

@@ -82,6 +82,7 @@ extern "C" rope_status rope_set_max_isa(rope_isa isa) {
         return ropegen::is_rope_isa(value) ? ROPE_ERR_UNSUPPORTED : ROPE_ERR_BAD_ENUM;
     }
     ropegen::g_isa_cap.store(value);
+    ropegen::settings_changed();
     return ROPE_OK;
 }
 

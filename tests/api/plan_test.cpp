@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/kernels.h"
@@ -341,6 +342,127 @@ TEST_F(DecodePlan, KeepsItsKernelWhenTheCapChanges) {
     if (queried == ROPE_OK) {
         EXPECT_NE(std::string(query.kernel), planned);
     }
+}
+
+// What a fresh plan of `params` writes: the reference for a repeated rope_dispatch, which this
+// thread's last call may serve from a plan of its own.
+std::vector<float> fresh_plan_output(const rope_params &params, std::vector<float> &out) {
+    rope_plan *made = nullptr;
+    rope_report report = rope_report_init();
+    EXPECT_EQ(rope_plan_create(&params, &made, &report), ROPE_OK) << report.message;
+    const PlanPtr plan(made, rope_plan_destroy);
+    std::fill(out.begin(), out.end(), -7.0f);
+    EXPECT_EQ(rope_plan_run(plan.get(), &report), ROPE_OK) << report.message;
+    return out;
+}
+
+// rope_dispatch repeats a thread's last call from a plan when the bytes of rope_params repeat:
+// each repeat still reads the contents and checks the positions as they are then.
+TEST_F(DecodePlan, ARepeatedDispatchReadsTheContentsAndChecksPositions) {
+    for (int step = 0; step < 4; step++) {
+        SCOPED_TRACE(step);
+        buffers.q[static_cast<size_t>(step)] += 0.25f;
+        buffers.positions[static_cast<size_t>(step)] += 3;
+        const std::vector<float> expected = fresh_plan_output(params, buffers.q_out);
+        std::fill(buffers.q_out.begin(), buffers.q_out.end(), -7.0f);
+        ASSERT_EQ(rope_dispatch(&params, &report), ROPE_OK) << report.message;
+        EXPECT_EQ(std::memcmp(expected.data(), buffers.q_out.data(), expected.size() * sizeof(float)), 0);
+    }
+    buffers.positions[5] = static_cast<int32_t>(DecodeBuffers::kCacheLen);
+    const std::vector<float> before = buffers.q_out;
+    EXPECT_EQ(rope_dispatch(&params, &report), ROPE_ERR_POSITION_OUT_OF_RANGE);
+    EXPECT_NE(std::strstr(report.message, "positions.data[5]"), nullptr) << report.message;
+    EXPECT_EQ(buffers.q_out, before);
+    buffers.positions[5] = 1;
+    EXPECT_EQ(rope_dispatch(&params, &report), ROPE_OK) << report.message;
+}
+
+// A repeated call follows a cap set between the repeats: the kernel is the one rope_query names.
+TEST_F(DecodePlan, ARepeatedDispatchFollowsTheCap) {
+    ASSERT_EQ(rope_dispatch(&params, &report), ROPE_OK) << report.message;
+    ASSERT_EQ(rope_dispatch(&params, &report), ROPE_OK) << report.message;
+    const std::string uncapped = report.kernel;
+    const rope_isa baseline = isa_levels().back();
+    if (rope_active_isa() == baseline) {
+        GTEST_SKIP() << "the active ISA level is already this architecture's baseline: no lower cap to set";
+    }
+    const KernelEntry *capped = first_matching_kernel(params, baseline);
+    if (capped == nullptr || uncapped == capped->name) {
+        GTEST_SKIP() << "the baseline level runs no other kernel for this call than " << uncapped;
+    }
+    ASSERT_EQ(rope_set_max_isa(baseline), ROPE_OK);
+    const rope_status ran = rope_dispatch(&params, &report);
+    ASSERT_EQ(rope_set_max_isa(ROPE_ISA_NONE), ROPE_OK);
+    ASSERT_EQ(ran, ROPE_OK) << report.message;
+    EXPECT_STREQ(report.kernel, capped->name);
+}
+
+// An engine's runner installed between repeats gets the next repeat's loop: a small call on the
+// library's threads runs on the calling thread, the same call with a runner goes to it.
+TEST_F(DecodePlan, ARepeatedDispatchFollowsTheParallelRunner) {
+    ASSERT_EQ(rope_set_num_threads(2), ROPE_OK);  // the decode step then splits in two parts
+    int loops = 0;
+    const rope_parallel_for_fn counting = [](void *pool, int (*task)(void *, int), void *context, int count) {
+        ++*static_cast<int *>(pool);
+        for (int i = 0; i < count; i++) {
+            if (const int result = task(context, i); result != 0) {
+                return result;
+            }
+        }
+        return 0;
+    };
+    ASSERT_EQ(rope_dispatch(&params, &report), ROPE_OK) << report.message;
+    ASSERT_EQ(rope_dispatch(&params, &report), ROPE_OK) << report.message;
+    rope_set_parallel_runner(counting, &loops);
+    const rope_status ran = rope_dispatch(&params, &report);
+    rope_set_parallel_runner(nullptr, nullptr);
+    ASSERT_EQ(ran, ROPE_OK) << report.message;
+    EXPECT_GE(loops, 1);
+}
+
+// A rope_dispatch nested in a repeat's loop (an engine's runner that runs other work while it
+// waits) leaves the plan of the repeat alone (a sanitizer build sees a use after free if not),
+// and both calls write what fresh plans of them write.
+TEST_F(DecodePlan, ADispatchNestedInARepeatLeavesItsPlanAlone) {
+    ASSERT_EQ(rope_set_num_threads(2), ROPE_OK);  // the decode step then splits in two parts
+    struct NestingPool {
+        const rope_params *inner = nullptr;  // dispatched from the next loop, then null
+        rope_status inner_status = ROPE_ERR_INTERNAL;
+        static int run(void *pool, int (*task)(void *, int), void *context, int count) {
+            auto *self = static_cast<NestingPool *>(pool);
+            if (const rope_params *inner = std::exchange(self->inner, nullptr)) {
+                self->inner_status = rope_dispatch(inner, nullptr);
+            }
+            for (int i = 0; i < count; i++) {
+                if (const int result = task(context, i); result != 0) {
+                    return result;
+                }
+            }
+            return 0;
+        }
+    } pool;
+    DecodeBuffers other;
+    other.q[0] = 3.0f;
+    const rope_params inner = other.params();
+    const std::vector<float> expected = fresh_plan_output(params, buffers.q_out);
+    const std::vector<float> expected_inner = fresh_plan_output(inner, other.q_out);
+    std::fill(other.q_out.begin(), other.q_out.end(), -7.0f);
+    rope_set_parallel_runner(&NestingPool::run, &pool);
+    rope_status ran = rope_dispatch(&params, &report);
+    if (ran == ROPE_OK) {
+        ran = rope_dispatch(&params, &report);  // the first repeat: the plan is made
+    }
+    pool.inner = &inner;
+    std::fill(buffers.q_out.begin(), buffers.q_out.end(), -7.0f);
+    if (ran == ROPE_OK) {
+        ran = rope_dispatch(&params, &report);  // the plan runs, and the inner call in its loop
+    }
+    rope_set_parallel_runner(nullptr, nullptr);
+    ASSERT_EQ(ran, ROPE_OK) << report.message;
+    ASSERT_EQ(pool.inner, nullptr) << "the repeat's loop did not reach the runner";
+    EXPECT_EQ(pool.inner_status, ROPE_OK);
+    EXPECT_EQ(buffers.q_out, expected);
+    EXPECT_EQ(other.q_out, expected_inner);
 }
 
 }  // namespace

@@ -336,7 +336,14 @@ static inline rope_report rope_report_init(void) {
 }
 
 /**
- * Validates `params`, picks the best kernel for the call and this CPU, and runs it.
+ * Validates `params`, picks the best kernel for the call and this CPU, and runs it. A call whose
+ * rope_params repeat, byte for byte, those of the calling thread's previous rope_dispatch() (an
+ * engine rotating the same buffers at every step; the memory they point to may change) runs
+ * from a plan of it that the library keeps for the thread (rope_plan_create, made at the first
+ * repeat): it checks the positions, not the rest of the struct again, and returns what a full
+ * call would. A setting changed in between (rope_set_max_isa, rope_set_num_threads,
+ * rope_set_parallel_runner) drops that plan; a CUDA call, and one whose validation reads more
+ * than positions (see rope_plan_run), is always validated whole.
  * @return ROPE_OK, or any ROPE_ERR_* status; what a failure leaves in the outputs: the rules at the
  *         top of this file (untouched unless kernels had started).
  * Reads the environment variables ROPE_MAX_ISA and ROPE_NUM_THREADS once, at the first call of

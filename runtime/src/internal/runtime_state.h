@@ -122,6 +122,12 @@ bool engine_runner_set();
 /// ROPE_NUM_THREADS, else Halide's default, the CPU count).
 int library_threads();
 
+/// Counts the changes of the settings a call resolves with (rope_set_max_isa,
+/// rope_set_num_threads, rope_set_parallel_runner): rope_dispatch repeats a thread's last call
+/// from a plan of it (dispatch.cpp, LastCall) only while the count has not changed.
+unsigned settings_generation();
+void settings_changed();
+
 /// The best level of this architecture the CPU supports, or ROPE_ISA_NONE below the baseline
 /// (isa_<arch>.cpp; uncached: detected_isa() caches it).
 rope_isa detect_isa();

@@ -781,7 +781,7 @@ rope_status run_plan(const rope_plan *plan, rope_report *report) {
 
 // The last call rope_dispatch ran on a thread, kept to repeat it from a plan. An engine that
 // rotates the same buffers at every step passes byte-identical rope_params each time (only the
-// memory behind them changes); a plan's run checks the positions again but not the rest of the
+// memory behind them changes; the padding between fields counts too); a plan's run checks the positions again but not the rest of the
 // struct, and builds no kernel arguments (decode batch 8 f32 at 2 threads: bench/README.md).
 // The second call in a row with the same bytes makes the plan; a call a plan would validate
 // whole at every run (a CUDA call, one whose validation reads more than positions) gets none.
@@ -790,16 +790,16 @@ class LastCall {
 public:
     // The plan of `params` when it repeats the last call and one could be made, else null.
     const rope_plan *repeat(const rope_params *params) {
-        const uint32_t size = params != nullptr ? params->struct_size : 0;
+        const size_t fields = params_fields(params);  // no more bytes than validation reads
         const unsigned generation = settings_generation();
-        if (size == 0 || size > sizeof(rope_params)) {  // validation rejects it
-            size_ = 0;
+        if (fields == 0) {  // validation refuses the header
+            fields_ = 0;
             return nullptr;
         }
-        if (size != size_ || generation != generation_ || std::memcmp(params, &last_, size) != 0) {
-            std::memcpy(&last_, params, size);  // then zeros, as validation reads an older layout
-            std::memset(reinterpret_cast<uint8_t *>(&last_) + size, 0, sizeof(last_) - size);
-            size_ = size, generation_ = generation;
+        if (fields != fields_ || generation != generation_ || std::memcmp(params, &last_, fields) != 0) {
+            std::memcpy(&last_, params, fields);  // then zeros, as validation reads an older layout
+            std::memset(reinterpret_cast<uint8_t *>(&last_) + fields, 0, sizeof(last_) - fields);
+            fields_ = fields, generation_ = generation;
             plan_.reset();
             planned_ = !validation_reads_positions_only(last_);  // a plan would validate it whole
             return nullptr;
@@ -834,8 +834,8 @@ public:
     }
 
 private:
-    rope_params last_{};  // the last call's bytes (size_ of them; 0: none)
-    uint32_t size_ = 0;
+    rope_params last_{};  // the last call's fields (fields_ bytes; 0: none)
+    size_t fields_ = 0;
     unsigned generation_ = 0;
     bool planned_ = false;  // a plan of the last call was made, or will not be
     std::unique_ptr<rope_plan> plan_;

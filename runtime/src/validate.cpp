@@ -48,6 +48,13 @@ constexpr ParamsLayout kParamsLayouts[] = {
     {sizeof(rope_params), sizeof(rope_params), "this header's"},
 };
 
+// The layout of a rope_params of `struct_size` bytes, or null for a size no layout has.
+const ParamsLayout *find_layout(uint32_t struct_size) {
+    const ParamsLayout *layout = std::find_if(std::begin(kParamsLayouts), std::end(kParamsLayouts),
+                                              [&](const ParamsLayout &l) { return l.size == struct_size; });
+    return layout == std::end(kParamsLayouts) ? nullptr : layout;
+}
+
 // Accumulates a message; `fail(status) << ...` reads like the rule it reports. The stream is
 // built only on failure: a valid call (the hot path) pays nothing for it.
 class Failure {
@@ -721,6 +728,14 @@ TableOverlap output_over_a_read_table(const ValidCall &call, const ByteRange (&r
 
 }  // namespace
 
+size_t params_fields(const rope_params *params) {
+    if (params == nullptr || params->abi_version != ROPE_ABI_VERSION) {
+        return 0;
+    }
+    const ParamsLayout *layout = find_layout(params->struct_size);
+    return layout == nullptr ? 0 : layout->fields;
+}
+
 bool validation_reads_positions_only(const rope_params &p) {
     return p.device == ROPE_DEVICE_CPU && p.varlen.cu_seqlens == nullptr && p.scaling.type != ROPE_SCALING_LONGROPE &&
            p.scaling.type != ROPE_SCALING_INV_FREQ;
@@ -785,9 +800,8 @@ rope_status validate(const rope_params *user, ValidCall *call, std::string *mess
                                       << ROPE_ABI_VERSION;
         return f.finish();
     }
-    const ParamsLayout *layout = std::find_if(std::begin(kParamsLayouts), std::end(kParamsLayouts),
-                                              [&](const ParamsLayout &l) { return l.size == user->struct_size; });
-    if (layout == std::end(kParamsLayouts)) {
+    const ParamsLayout *layout = find_layout(user->struct_size);
+    if (layout == nullptr) {
         auto &out = f.fail(ROPE_ERR_ABI_MISMATCH);
         out << "params.struct_size=" << user->struct_size << " is not a rope_params size this library knows (";
         for (const ParamsLayout &l : kParamsLayouts) {

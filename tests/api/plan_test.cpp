@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -194,8 +196,16 @@ protected:
         ASSERT_EQ(rope_plan_create(&params, &made, &report), ROPE_OK) << report.message;
         plan.reset(made);
     }
+    // Makes the call a compat one with the caller's inv_freq (INV_FREQ scaling): a table
+    // validation reads besides positions.
+    void use_inv_freq_table() {
+        params.angles.source = ROPE_SOURCE_COMPAT;
+        params.scaling.type = ROPE_SCALING_INV_FREQ;
+        params.scaling.inv_freq = inv_freq.data();
+    }
 
     DecodeBuffers buffers;
+    std::vector<float> inv_freq = std::vector<float>(DecodeBuffers::kPairs, 0.5f);
     rope_params params = buffers.params();
     rope_report report = rope_report_init();
     PlanPtr plan{nullptr, rope_plan_destroy};
@@ -242,10 +252,7 @@ TEST_F(DecodePlan, ChecksPositionsAtEveryRun) {
 // validated whole at every run: a value made invalid after the plan is refused.
 TEST_F(DecodePlan, ValidatesCallsThatReadTablesWhole) {
     ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_COMPAT, ROPE_DTYPE_F32, 64);
-    std::vector<float> inv_freq(DecodeBuffers::kPairs, 0.5f);
-    params.angles.source = ROPE_SOURCE_COMPAT;
-    params.scaling.type = ROPE_SCALING_INV_FREQ;
-    params.scaling.inv_freq = inv_freq.data();
+    use_inv_freq_table();
     ASSERT_NO_FATAL_FAILURE(make_plan());
     ASSERT_EQ(rope_plan_run(plan.get(), &report), ROPE_OK) << report.message;
     inv_freq[3] = std::numeric_limits<float>::quiet_NaN();
@@ -397,27 +404,84 @@ TEST_F(DecodePlan, ARepeatedDispatchFollowsTheCap) {
     EXPECT_STREQ(report.kernel, capped->name);
 }
 
-// An engine's runner installed between repeats gets the next repeat's loop: a small call on the
-// library's threads runs on the calling thread, the same call with a runner goes to it.
-TEST_F(DecodePlan, ARepeatedDispatchFollowsTheParallelRunner) {
-    ASSERT_EQ(rope_set_num_threads(2), ROPE_OK);  // the decode step then splits in two parts
-    int loops = 0;
-    const rope_parallel_for_fn counting = [](void *pool, int (*task)(void *, int), void *context, int count) {
-        ++*static_cast<int *>(pool);
+// The library's thread count, as the tests found it (they change it to split decode steps).
+void restore_library_threads() {
+    rope_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+}
+
+// An engine's runner that runs every task on the calling thread, counting loops and their tasks.
+struct CountingPool {
+    int loops = 0, last_tasks = 0;
+    static int run(void *pool, int (*task)(void *, int), void *context, int count) {
+        auto *self = static_cast<CountingPool *>(pool);
+        self->loops++;
+        self->last_tasks = count;
         for (int i = 0; i < count; i++) {
             if (const int result = task(context, i); result != 0) {
                 return result;
             }
         }
         return 0;
-    };
-    ASSERT_EQ(rope_dispatch(&params, &report), ROPE_OK) << report.message;
-    ASSERT_EQ(rope_dispatch(&params, &report), ROPE_OK) << report.message;
-    rope_set_parallel_runner(counting, &loops);
-    const rope_status ran = rope_dispatch(&params, &report);
+    }
+};
+
+// The thread settings changed between repeats reach the next repeat: a small call on the
+// library's threads runs on the calling thread, the same call with a runner goes to it, and a
+// decode step of 8 splits into as many parts as the library's thread count.
+TEST_F(DecodePlan, ARepeatedDispatchFollowsTheThreadSettings) {
+    ASSERT_EQ(rope_set_num_threads(2), ROPE_OK);
+    CountingPool pool;
+    rope_status ran = ROPE_OK;
+    for (int call = 0; call < 3 && ran == ROPE_OK; call++) {
+        ran = rope_dispatch(&params, &report);
+    }
+    rope_set_parallel_runner(&CountingPool::run, &pool);
+    const int loops_before = pool.loops;
+    for (int call = 0; call < 3 && ran == ROPE_OK; call++) {
+        ran = rope_dispatch(&params, &report);
+    }
+    const int tasks_at_two = pool.last_tasks;
+    ASSERT_EQ(rope_set_num_threads(4), ROPE_OK);
+    if (ran == ROPE_OK) {
+        ran = rope_dispatch(&params, &report);
+    }
     rope_set_parallel_runner(nullptr, nullptr);
+    restore_library_threads();
     ASSERT_EQ(ran, ROPE_OK) << report.message;
-    EXPECT_GE(loops, 1);
+    EXPECT_EQ(loops_before, 0);
+    EXPECT_EQ(pool.loops, 4);
+    EXPECT_EQ(tasks_at_two, 2);
+    EXPECT_EQ(pool.last_tasks, 4);
+}
+
+// A caller of an older layout (the first: no device, scaling, mrope or varlen) repeats its call
+// as well: only the fields of its struct_size are compared, and validation's zeros stand for the rest.
+TEST_F(DecodePlan, ARepeatOfAnOlderLayoutRunsAsAFullCall) {
+    params.struct_size = static_cast<uint32_t>((offsetof(rope_params, device) + alignof(rope_params) - 1) /
+                                               alignof(rope_params) * alignof(rope_params));
+    for (int step = 0; step < 3; step++) {
+        SCOPED_TRACE(step);
+        buffers.positions[static_cast<size_t>(step)] += 5;
+        const std::vector<float> expected = fresh_plan_output(params, buffers.q_out);
+        std::fill(buffers.q_out.begin(), buffers.q_out.end(), -7.0f);
+        ASSERT_EQ(rope_dispatch(&params, &report), ROPE_OK) << report.message;
+        EXPECT_EQ(buffers.q_out, expected);
+    }
+}
+
+// A call whose validation reads a table besides positions is validated whole at every repeat
+// too: a value made invalid between repeats is refused, outputs untouched.
+TEST_F(DecodePlan, ARepeatedDispatchValidatesTablesWhole) {
+    ROPEGEN_SKIP_UNLESS_BUILT(ROPE_STYLE_HALF, ROPE_SOURCE_COMPAT, ROPE_DTYPE_F32, 64);
+    use_inv_freq_table();
+    for (int call = 0; call < 3; call++) {
+        ASSERT_EQ(rope_dispatch(&params, &report), ROPE_OK) << report.message;
+    }
+    inv_freq[3] = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> before = buffers.q_out;
+    EXPECT_EQ(rope_dispatch(&params, &report), ROPE_ERR_BAD_VALUE);
+    EXPECT_NE(std::strstr(report.message, "scaling.inv_freq[3]"), nullptr) << report.message;
+    EXPECT_EQ(buffers.q_out, before);
 }
 
 // A rope_dispatch nested in a repeat's loop (an engine's runner that runs other work while it
@@ -458,6 +522,7 @@ TEST_F(DecodePlan, ADispatchNestedInARepeatLeavesItsPlanAlone) {
         ran = rope_dispatch(&params, &report);  // the plan runs, and the inner call in its loop
     }
     rope_set_parallel_runner(nullptr, nullptr);
+    restore_library_threads();
     ASSERT_EQ(ran, ROPE_OK) << report.message;
     ASSERT_EQ(pool.inner, nullptr) << "the repeat's loop did not reach the runner";
     EXPECT_EQ(pool.inner_status, ROPE_OK);

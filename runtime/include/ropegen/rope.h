@@ -317,7 +317,7 @@ static inline rope_params rope_params_init(void) {
     return p;
 }
 
-/** What a call did or would do: caller-owned, so no thread-local state. */
+/** What a call did or would do: caller-owned, so no thread-local error state. */
 typedef struct rope_report {
     uint32_t struct_size;     /**< sizeof(rope_report) as the caller compiled it; below the library's
                                    (0 included) the report is not written, and the call still returns
@@ -337,8 +337,9 @@ static inline rope_report rope_report_init(void) {
 
 /**
  * Validates `params`, picks the best kernel for the call and this CPU, and runs it. A call whose
- * rope_params repeat, byte for byte, those of the calling thread's previous rope_dispatch() (an
- * engine rotating the same buffers at every step; the memory they point to may change) runs
+ * rope_params repeat, byte for byte (padding included: start from rope_params_init()), those
+ * of the calling thread's previous rope_dispatch() (an engine rotating the same buffers at every
+ * step; the memory they point to may change) runs
  * from a plan of it that the library keeps for the thread (rope_plan_create, made at the first
  * repeat): it checks the positions, not the rest of the struct again, and returns what a full
  * call would. A setting changed in between (rope_set_max_isa, rope_set_num_threads,

@@ -71,6 +71,10 @@ struct PositionRule {
 rope_status validate(const rope_params *params, ValidCall *call, std::string *message,
                      PositionRule *position_rule = nullptr);
 
+/// The bytes of `params` validation reads (the fields of its struct_size's layout), or 0 when
+/// it refuses the header (NULL, an unknown abi_version or struct_size) before reading more.
+size_t params_fields(const rope_params *params);
+
 /// True when validation reads no memory of the call but its positions, mrope's streams included
 /// (a CPU call without varlen cu_seqlens or a scaling's per-pair tables): a valid call stays
 /// valid, whatever its memory holds, while its positions keep to the bound validation gave.

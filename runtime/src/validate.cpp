@@ -737,8 +737,10 @@ size_t params_fields(const rope_params *params) {
 }
 
 bool validation_reads_positions_only(const rope_params &p) {
-    return p.device == ROPE_DEVICE_CPU && p.varlen.cu_seqlens == nullptr && p.scaling.type != ROPE_SCALING_LONGROPE &&
-           p.scaling.type != ROPE_SCALING_INV_FREQ;
+    // Asked of calls not validated yet too (dispatch.cpp, LastCall): enums are read as the ints they may hold.
+    const int32_t scaling = enum_value(p.scaling.type);
+    return enum_value(p.device) == ROPE_DEVICE_CPU && p.varlen.cu_seqlens == nullptr && scaling != ROPE_SCALING_LONGROPE &&
+           scaling != ROPE_SCALING_INV_FREQ;
 }
 
 rope_status validate_positions(const ValidCall &call, const PositionRule &rule, std::string *message) {

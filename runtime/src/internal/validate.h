@@ -78,6 +78,7 @@ size_t params_fields(const rope_params *params);
 /// True when validation reads no memory of the call but its positions, mrope's streams included
 /// (a CPU call without varlen cu_seqlens or a scaling's per-pair tables): a valid call stays
 /// valid, whatever its memory holds, while its positions keep to the bound validation gave.
+/// `params` need not be valid (any int in its enum fields).
 bool validation_reads_positions_only(const rope_params &params);
 
 /// Checks the positions of a call that passed validation (and gave `rule`) again: their values
